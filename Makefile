@@ -1,0 +1,43 @@
+# The two commands of the README: `make demo` (platform + main job) and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test lint lock bench down clean
+
+install: $(STAMP)
+
+# uv installs the lock file in seconds; it is bootstrapped with pip from PyPI.
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9" 2>/dev/null || $(BIN)/python -m pip install -q uv
+	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip sync -q requirements.lock
+	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q --no-deps -e .
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/gpulens up
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+# Regenerate the lock file from pyproject.toml (needs PyPI).
+lock:
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
+
+bench: install
+	$(BIN)/python -m bench.broker_throughput
+
+down:
+	$(BIN)/gpulens down
+
+clean:
+	rm -rf $(VENV) .gpulens

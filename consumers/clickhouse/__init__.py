@@ -1,0 +1,1 @@
+"""ClickHouse: client, embedded engine and its HTTP endpoint."""

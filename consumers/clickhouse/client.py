@@ -1,0 +1,26 @@
+"""One way to get a ClickHouse client for whatever the configuration points at."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+
+from consumers.clickhouse.settings import ClickHouseSettings
+
+
+def get_client(settings: ClickHouseSettings, *, database: str | None = None, **kwargs: object) -> Client:
+    """A clickhouse-connect client: HTTP for ``http(s)://`` URLs, in-process chDB for ``chdb://``."""
+    url = urlparse(settings.url)
+    if url.scheme == "chdb":
+        return clickhouse_connect.get_client(dsn=settings.url, database=database, **kwargs)
+    return clickhouse_connect.get_client(
+        host=url.hostname or "127.0.0.1",
+        port=url.port or (8443 if url.scheme == "https" else 8123),
+        secure=url.scheme == "https",
+        username=settings.username,
+        password=settings.password.get_secret_value(),
+        database=database,
+        **kwargs,
+    )

@@ -1,0 +1,31 @@
+"""How GPULens reaches ClickHouse, and how the embedded engine is held and served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+
+class ClickHouseSettings(BaseModel):
+    """ClickHouse: a server by URL, or the embedded chDB engine served over HTTP by its holder."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(
+        default="http://127.0.0.1:18123",
+        pattern=r"^(https?|chdb)://",
+        description=(
+            "Where to run SQL: http(s)://host:port for a ClickHouse server (or the embedded "
+            "engine's HTTP endpoint), chdb://PATH to open the engine in-process (one process only)."
+        ),
+    )
+    database: str = Field(default="gpulens", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Database.")
+    username: str = Field(default="default", description="User for a ClickHouse server.")
+    password: SecretStr = Field(default=SecretStr(""), description="Password for a ClickHouse server.")
+    embedded_path: Path | None = Field(
+        default=None,
+        description="chDB data directory of the embedded engine (default: STATE_DIR/clickhouse).",
+    )
+    http_host: str = Field(default="127.0.0.1", description="Address the embedded engine's endpoint binds.")
+    http_port: int = Field(default=18123, ge=1, le=65535, description="Port of that endpoint.")

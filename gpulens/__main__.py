@@ -1,0 +1,3 @@
+from gpulens.cli import main
+
+main()

@@ -1,0 +1,309 @@
+"""The ``gpulens`` command line: the composition root that wires producers, pipeline and sinks."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from gpulens.config import GPULensSettings, load_settings
+from gpulens.platform import ORDER, manager, service_specs
+from schemas.exceptions import GPULensError
+
+log = logging.getLogger("gpulens")
+
+
+class Context:
+    """What every command gets: the settings (loaded lazily, so --help never needs them)."""
+
+    def __init__(self, config_file: Path | None) -> None:
+        self.config_file = config_file
+        self._settings: GPULensSettings | None = None
+
+    @property
+    def settings(self) -> GPULensSettings:
+        if self._settings is None:
+            self._settings = load_settings(self.config_file)
+            logging.getLogger().setLevel(self._settings.log_level)
+        return self._settings
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="GPULENS_CONFIG",
+    help="TOML settings file (env GPULENS_CONFIG). GPULENS_* variables override it.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
+@click.pass_context
+def cli(ctx: click.Context, config_file: Path | None, verbose: bool) -> None:
+    """GPULens: an event-sourced observability pipeline for GPU clusters on Kubernetes.
+
+    \b
+    Start here:
+      gpulens up        bring up the embedded platform and run the main job
+      gpulens down      stop everything `up` started
+      gpulens status    what runs, where
+    Settings come from --config FILE and GPULENS_* variables, e.g.
+    GPULENS_KAFKA__BOOTSTRAP_SERVERS=broker:9092 (see README, Configuration).
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for chatty in ("httpx", "httpx2", "aiohttp.access"):  # one line per HTTP request is noise here
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    ctx.obj = Context(config_file)
+
+
+# --- the platform ------------------------------------------------------------------------------
+
+
+def _platform_up(context: Context) -> None:
+    settings = context.settings
+    services = manager(settings)
+    specs = service_specs(settings, context.config_file)
+    for name in ORDER:
+        spec = specs.get(name)
+        if spec is None:
+            click.echo(f"  {name:<11} external")
+            continue
+        status, started = services.start(spec, timeout=settings.platform.start_timeout_s)
+        verb = "started" if started else "already running"
+        click.echo(f"  {name:<11} {verb:<16} {spec.host}:{spec.port}  pid {status.pid}")
+
+
+def _platform_down(context: Context) -> None:
+    services = manager(context.settings)
+    for name in reversed(ORDER):
+        stopped = services.stop(name)
+        click.echo(f"  {name:<11} {'stopped' if stopped else 'was not running'}")
+
+
+@cli.group()
+def infra() -> None:
+    """Start, stop and inspect the embedded platform (broker, registry, ClickHouse)."""
+
+
+@infra.command("up")
+@pass_context
+def infra_up(context: Context) -> None:
+    """Start the broker, the schema registry and the ClickHouse holder (idempotent)."""
+    _platform_up(context)
+
+
+@infra.command("down")
+@pass_context
+def infra_down(context: Context) -> None:
+    """Stop exactly the services `infra up` started (by pid); data stays on disk."""
+    _platform_down(context)
+
+
+@infra.command("status")
+@pass_context
+def infra_status(context: Context) -> None:
+    """Show each service: running, stopped, or stale (its process died)."""
+    services = manager(context.settings)
+    for name in ORDER:
+        status = services.status(name)
+        where = f"port {status.port}  pid {status.pid}  log {status.log}" if status.pid else ""
+        click.echo(f"  {name:<11} {status.state.value:<8} {where}")
+
+
+# --- topics and schemas ------------------------------------------------------------------------
+
+
+@cli.group()
+def topics() -> None:
+    """The topic catalog: create the topics, list them."""
+
+
+@topics.command("create")
+@pass_context
+def topics_create(context: Context) -> None:
+    """Create every catalog topic that does not exist yet (idempotent)."""
+    from schemas.topic_admin import create_topics
+
+    created = create_topics(context.settings.kafka)
+    click.echo(f"created {len(created)} topics" + (": " + ", ".join(created) if created else ""))
+
+
+@topics.command("list")
+@pass_context
+def topics_list(context: Context) -> None:
+    """List the catalog: topic, record type, key, partitions on the broker, policy."""
+    from schemas.topic_admin import describe_topics
+
+    for state in describe_topics(context.settings.kafka):
+        spec = state.spec
+        partitions = str(state.partitions) if state.exists else "missing"
+        click.echo(
+            f"{spec.name:<30} {spec.record.__name__:<16} key cluster/{spec.key_field:<9} "
+            f"partitions {partitions:<8} {spec.cleanup_policy}, {spec.retention_ms // 86_400_000} d"
+        )
+
+
+@cli.group()
+def schemas() -> None:
+    """The Avro schemas of the event model."""
+
+
+@schemas.command("export")
+@click.option("--check", is_flag=True, help="Only check that the committed .avsc files match the models.")
+def schemas_export(check: bool) -> None:
+    """Write schemas/avro/*.avsc from the pydantic models (or --check they match)."""
+    from schemas.avro_schema import derive, render, schema_path
+    from schemas.topics import CATALOG
+
+    stale = []
+    for spec in CATALOG:
+        path, text = schema_path(spec.record), render(derive(spec.record))
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path.name)
+        if not check:
+            path.write_text(text)
+    if check and stale:
+        raise click.ClickException(f"out of date: {', '.join(stale)}; run `gpulens schemas export`")
+    click.echo(f"{'stale' if check else 'written'}: {', '.join(stale) or 'none'}")
+
+
+@schemas.command("register")
+@pass_context
+def schemas_register(context: Context) -> None:
+    """Register every topic's schema with the registry (BACKWARD-compatible changes only)."""
+    from schemas.codec import AvroCodec, registry_client
+    from schemas.topics import CATALOG
+
+    codec = AvroCodec(registry_client(context.settings.registry.url))
+    for spec in CATALOG:
+        click.echo(f"{spec.subject:<36} id {codec.schema_id(spec)}")
+
+
+# --- components in the foreground ----------------------------------------------------------------
+
+
+@cli.group()
+def serve() -> None:
+    """Run one platform component in the foreground (what `infra up` starts in the background)."""
+
+
+@serve.command("registry")
+@pass_context
+def serve_registry(context: Context) -> None:
+    """The embedded schema registry on registry.url, stored in the registry.store_topic topic."""
+    from urllib.parse import urlparse
+
+    from schemas.registry import SchemaStore, serve
+
+    settings = context.settings
+    url = urlparse(settings.registry.url)
+    store = SchemaStore(
+        settings.kafka,
+        topic=settings.registry.store_topic,
+        default_compatibility=settings.registry.compatibility,
+    )
+    log.info("schema registry on %s (store: topic %s)", settings.registry.url, settings.registry.store_topic)
+    serve(store, host=url.hostname or "127.0.0.1", port=url.port or 80)
+
+
+@serve.command("clickhouse")
+@pass_context
+def serve_clickhouse(context: Context) -> None:
+    """Hold the embedded ClickHouse engine and serve the ClickHouse HTTP interface."""
+    from consumers.clickhouse.engine import EmbeddedEngine
+    from consumers.clickhouse.http_endpoint import serve
+
+    settings = context.settings
+    engine = EmbeddedEngine(settings.chdb_path)
+    log.info(
+        "ClickHouse (chDB) at %s on http://%s:%d",
+        settings.chdb_path,
+        settings.clickhouse.http_host,
+        settings.clickhouse.http_port,
+    )
+    serve(engine, host=settings.clickhouse.http_host, port=settings.clickhouse.http_port)
+
+
+# --- the main job --------------------------------------------------------------------------------
+
+
+@cli.command("smoke")
+@pass_context
+def smoke(context: Context) -> None:
+    """Publish one record of every type and read each back (checks broker, registry, codec)."""
+    from gpulens.smoke import run_smoke
+
+    for r in run_smoke(context.settings):
+        click.echo(
+            f"  {r.record_type:<16} {r.topic:<30} schema id {r.schema_id:<3} "
+            f"partition {r.partition} offset {r.offset:<6} {r.round_trip_ms:6.1f} ms"
+        )
+
+
+@cli.command("up")
+@pass_context
+def up(context: Context) -> None:
+    """Bring up the embedded platform, create the topics and run the main job."""
+    from gpulens.smoke import run_smoke
+    from schemas.topic_admin import create_topics
+
+    settings = context.settings
+    click.echo("platform:")
+    _platform_up(context)
+    created = create_topics(settings.kafka)
+    click.echo(f"topics: {len(created)} created, catalog complete")
+    click.echo("smoke flow (one record of every type through broker and registry):")
+    for r in run_smoke(settings):
+        click.echo(f"  {r.record_type:<16} -> {r.topic:<30} and back in {r.round_trip_ms:6.1f} ms")
+    click.echo(
+        "\nready:\n"
+        f"  Kafka            {settings.kafka.bootstrap_servers}\n"
+        f"  schema registry  {settings.registry.url}\n"
+        f"  ClickHouse SQL   {settings.clickhouse.url}  (try: gpulens sql 'SELECT version()')\n"
+        f"  logs             {settings.platform.state_dir / 'logs'}\n"
+        "stop with: gpulens down"
+    )
+
+
+@cli.command("down")
+@pass_context
+def down(context: Context) -> None:
+    """Stop everything `gpulens up` started."""
+    _platform_down(context)
+
+
+@cli.command("status")
+@pass_context
+def status(context: Context) -> None:
+    """What runs, where (same as `gpulens infra status`)."""
+    click.get_current_context().invoke(infra_status)
+
+
+@cli.command("sql")
+@click.argument("query")
+@click.option("--format", "fmt", default="PrettyCompact", show_default=True, help="ClickHouse output format.")
+@pass_context
+def sql(context: Context, query: str, fmt: str) -> None:
+    """Run QUERY against the configured ClickHouse and print the result."""
+    from consumers.clickhouse.client import get_client
+
+    client = get_client(context.settings.clickhouse)
+    click.echo(client.raw_query(query, fmt=fmt).decode(), nl=False)
+
+
+def main() -> None:
+    """Entry point: one-line errors for what the user can fix, tracebacks only with -v."""
+    try:
+        cli(standalone_mode=True)
+    except GPULensError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)

@@ -1,0 +1,85 @@
+"""The embedded platform as services: Kafka broker, schema registry, ClickHouse holder."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+from gpulens.config import GPULensSettings
+from infra.broker import noida_argv, tansu_argv
+from infra.launching import ServiceManager, ServiceSpec
+from schemas.exceptions import ConfigError
+
+BROKER, REGISTRY, CLICKHOUSE = "kafka", "registry", "clickhouse"
+ORDER = (BROKER, REGISTRY, CLICKHOUSE)
+"""Start order; stop runs it backwards (the registry needs the broker)."""
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _single_address(settings: GPULensSettings) -> tuple[str, int]:
+    servers = settings.kafka.bootstrap_servers.split(",")
+    host, _, port = servers[0].rpartition(":")
+    if len(servers) != 1 or not port.isdigit():
+        raise ConfigError(
+            "kafka.bootstrap_servers must be one host:port for the embedded broker "
+            f"(got {settings.kafka.bootstrap_servers!r}); set platform.broker = 'external' to use a cluster"
+        )
+    return host or "127.0.0.1", int(port)
+
+
+def service_specs(settings: GPULensSettings, config_file: Path | None = None) -> dict[str, ServiceSpec]:
+    """The services this configuration starts itself (external parts are left out).
+
+    Components run as ``python -m gpulens serve ...``: they read the same config file and
+    inherit the environment, so they see the settings their launcher saw.
+    """
+    platform = settings.platform
+    specs: dict[str, ServiceSpec] = {}
+    python = [sys.executable, "-m", "gpulens"]
+    if config_file is not None:
+        python += ["--config", str(config_file.resolve())]
+    if platform.broker != "external":
+        host, port = _single_address(settings)
+        argv = (
+            noida_argv(host, port, platform.state_dir / "kafka")
+            if platform.broker == "noida"
+            else tansu_argv(host, port)
+        )
+        specs[BROKER] = ServiceSpec(
+            BROKER, argv, host, port, hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port"
+        )
+    if platform.registry == "embedded":
+        url = urlparse(settings.registry.url)
+        specs[REGISTRY] = ServiceSpec(
+            REGISTRY,
+            [*python, "serve", "registry"],
+            url.hostname or "127.0.0.1",
+            url.port or 80,
+            hint="set GPULENS_REGISTRY__URL to another address",
+            ready=lambda: _http_ok(f"{settings.registry.url}/subjects"),
+        )
+    if platform.clickhouse == "embedded":
+        ch = settings.clickhouse
+        specs[CLICKHOUSE] = ServiceSpec(
+            CLICKHOUSE,
+            [*python, "serve", "clickhouse"],
+            ch.http_host,
+            ch.http_port,
+            hint="set GPULENS_CLICKHOUSE__HTTP_PORT (and clickhouse.url) to another port",
+            ready=lambda: _http_ok(f"http://{ch.http_host}:{ch.http_port}/ping"),
+        )
+    return specs
+
+
+def manager(settings: GPULensSettings) -> ServiceManager:
+    """The service manager of this configuration's state directory."""
+    return ServiceManager(settings.platform.state_dir)

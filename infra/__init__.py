@@ -1,0 +1,1 @@
+"""Launching the embedded platform (broker, registry, ClickHouse holder); manifests beside it."""

@@ -1,0 +1,1 @@
+"""Stream processors: tables, changelogs, windowed aggregations and alerts (faust-streaming)."""

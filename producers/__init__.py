@@ -1,0 +1,1 @@
+"""Producers: node agents, Kubernetes watchers, the gRPC ingest gateway and trace replayers."""

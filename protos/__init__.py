@@ -1,0 +1,1 @@
+"""gRPC protocol definitions and their generated modules."""

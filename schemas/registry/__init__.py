@@ -1,0 +1,6 @@
+"""The embedded schema registry: the REST subset confluent-kafka's client uses, stored in Kafka."""
+
+from schemas.registry.server import build_app, serve
+from schemas.registry.store import SchemaStore, SchemaVersion
+
+__all__ = ["SchemaStore", "SchemaVersion", "build_app", "serve"]

@@ -1,0 +1,69 @@
+"""Settings of the shared core: how to reach Kafka and the schema registry.
+
+Each group is a frozen pydantic model with a docstring per field; the composition root
+(``gpulens.config``) loads them from a TOML file and ``GPULENS_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+
+class KafkaSettings(BaseModel):
+    """How every component reaches the Kafka cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = Field(
+        default="127.0.0.1:19092",
+        min_length=1,
+        description="host:port[,host:port...] of the brokers; the embedded broker listens here.",
+    )
+    security_protocol: str = Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_SSL, ...")
+    sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-512, ...")
+    sasl_username: str | None = Field(default=None, description="SASL user.")
+    sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
+    extra: dict[str, str] = Field(
+        default_factory=dict, description="More librdkafka properties, passed through verbatim."
+    )
+
+    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
+        """These settings as a librdkafka (confluent-kafka) configuration dict."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+            # noida-db ignores fetch.max.bytes: a large backlog can come back as one response
+            # above librdkafka's default 100 MB limit, which the client then rejects forever.
+            "receive.message.max.bytes": 1_000_000_000,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        conf.update(self.extra)
+        conf.update(overrides)
+        return conf
+
+
+class RegistrySettings(BaseModel):
+    """Where the Confluent-compatible schema registry is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(
+        default="http://127.0.0.1:18081",
+        pattern=r"^(https?|mock)://",
+        description="Registry URL; the embedded registry serves on this address.",
+    )
+    store_topic: str = Field(
+        default="_schemas", description="Compacted topic the embedded registry keeps its store in."
+    )
+    compatibility: str = Field(
+        default="BACKWARD",
+        pattern=r"^(NONE|BACKWARD|BACKWARD_TRANSITIVE|FORWARD|FORWARD_TRANSITIVE|FULL|FULL_TRANSITIVE)$",
+        description="Default compatibility level of new subjects.",
+    )

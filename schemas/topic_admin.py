@@ -1,0 +1,70 @@
+"""Creating and listing the catalog's topics (idempotent)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas.exceptions import GPULensError
+from schemas.settings import KafkaSettings
+from schemas.topics import CATALOG, TopicSpec
+
+
+class TopicAdminError(GPULensError):
+    """The broker refused to create or describe a topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    """A catalog topic as the broker has it."""
+
+    spec: TopicSpec
+    exists: bool
+    partitions: int | None
+
+
+def create_topics(
+    kafka: KafkaSettings, topics: Iterable[TopicSpec] = CATALOG, *, timeout: float = 30.0
+) -> list[str]:
+    """Create the topics that do not exist yet; the names created now."""
+    admin = AdminClient(kafka.librdkafka())
+    wanted = list(topics)
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as err:
+        raise TopicAdminError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err
+    missing = [t for t in wanted if t.name not in existing]
+    if not missing:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(t.name, t.partitions, 1, config=t.config()) for t in missing], operation_timeout=timeout
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout)
+            created.append(name)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
+                raise TopicAdminError(f"cannot create {name}: {err.args[0].str()}") from err
+    return sorted(created)
+
+
+def describe_topics(kafka: KafkaSettings, *, timeout: float = 30.0) -> list[TopicState]:
+    """Every catalog topic and whether the broker has it."""
+    admin = AdminClient(kafka.librdkafka())
+    try:
+        metadata = admin.list_topics(timeout=timeout).topics
+    except KafkaException as err:
+        raise TopicAdminError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err
+    return [
+        TopicState(
+            spec,
+            spec.name in metadata,
+            len(metadata[spec.name].partitions) if spec.name in metadata else None,
+        )
+        for spec in CATALOG
+    ]

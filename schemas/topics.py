@@ -1,0 +1,105 @@
+"""The topic catalog: every topic GPULens writes, its record type, key and retention.
+
+Topic names are public contracts (DESIGN.md). Keys are UTF-8 ``cluster/entity`` strings so
+that one partition sees one entity in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.models import (
+    ContainerEvent,
+    DeadLetter,
+    DeviceInventory,
+    GpuSampleBatch,
+    NodeEvent,
+    PodEvent,
+    Record,
+    StorageEvent,
+    WorkloadEvent,
+)
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One topic of the catalog."""
+
+    name: str
+    record: type[Record]
+    key_field: str
+    """The record field that names the entity; the key is ``cluster/<that field>``."""
+    partitions: int
+    cleanup_policy: str = "delete"
+    retention_ms: int = 30 * DAY_MS
+    doc: str = ""
+
+    @property
+    def subject(self) -> str:
+        """Schema-registry subject of the values (TopicNameStrategy)."""
+        return f"{self.name}-value"
+
+    def config(self) -> dict[str, str]:
+        """Topic configuration for the admin API."""
+        return {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms)}
+
+
+NODES = TopicSpec("gpulens.nodes.v1", NodeEvent, "node", 3, doc="Node states as observed.")
+PODS = TopicSpec("gpulens.pods.v1", PodEvent, "uid", 6, doc="GPU pod states as observed.")
+WORKLOADS = TopicSpec("gpulens.workloads.v1", WorkloadEvent, "uid", 3, doc="Workloads and their hierarchy.")
+DEVICE_INVENTORY = TopicSpec(
+    "gpulens.devices.inventory.v1", DeviceInventory, "node", 3, doc="GPUs and RDMA ports per node."
+)
+GPU_SAMPLES = TopicSpec(
+    "gpulens.gpu.samples.v1",
+    GpuSampleBatch,
+    "node",
+    6,
+    retention_ms=7 * DAY_MS,
+    doc="One record per node per interval with every GPU's sample.",
+)
+CONTAINERS = TopicSpec(
+    "gpulens.containers.v1", ContainerEvent, "node", 3, doc="Containers and the devices they hold."
+)
+STORAGE = TopicSpec("gpulens.storage.v1", StorageEvent, "name", 1, doc="Volume capacity and usage.")
+DLQ = TopicSpec(
+    "gpulens.dlq.v1",
+    DeadLetter,
+    "source_topic",
+    1,
+    retention_ms=90 * DAY_MS,
+    doc="Records that could not be processed, with the original bytes and the reason.",
+)
+
+CATALOG: tuple[TopicSpec, ...] = (
+    NODES,
+    PODS,
+    WORKLOADS,
+    DEVICE_INVENTORY,
+    GPU_SAMPLES,
+    CONTAINERS,
+    STORAGE,
+    DLQ,
+)
+
+
+def by_name(name: str) -> TopicSpec:
+    """The catalog entry of a topic."""
+    for spec in CATALOG:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"{name!r} is not in the topic catalog")
+
+
+def entity_key(cluster: str, entity: str) -> bytes:
+    """The record key of an entity: ``cluster/entity``."""
+    return f"{cluster}/{entity}".encode()
+
+
+def record_key(topic: TopicSpec, record: Record) -> bytes:
+    """The key ``record`` is published with on ``topic`` (dead letters: their source topic)."""
+    entity = str(getattr(record, topic.key_field))
+    cluster = getattr(record, "cluster", None)
+    return entity.encode() if cluster is None else entity_key(cluster, entity)
