@@ -213,7 +213,7 @@ class PodEvent(Event):
     def holds_gpus(self) -> bool:
         """Bound and running, not terminated nor deleted (DESIGN.md)."""
         return (
-            self.type is not ChangeType.DELETED
+            self.type != ChangeType.DELETED
             and self.node is not None
             and self.phase == "Running"
             and self.gpu_amount > 0

@@ -1,0 +1,79 @@
+"""The event model: committed Avro schemas equal the models, and every record round-trips."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+import fastavro
+import pytest
+from pydantic import ValidationError
+
+from schemas.avro_schema import committed, derive, render, schema_path
+from schemas.examples import example_events
+from schemas.models import EVENT_TYPES, ChangeType, DeadLetter, NodeEvent, PodEvent, Record
+from schemas.topics import CATALOG, PODS
+
+ALL_RECORDS: tuple[type[Record], ...] = (*EVENT_TYPES, DeadLetter)
+
+
+@pytest.mark.parametrize("model", ALL_RECORDS, ids=lambda m: m.__name__)
+def test_committed_schema_equals_the_model(model: type[Record]) -> None:
+    assert schema_path(model).read_text() == render(derive(model))
+
+
+@pytest.mark.parametrize("model", ALL_RECORDS, ids=lambda m: m.__name__)
+def test_every_model_field_is_a_documented_avro_field(model: type[Record]) -> None:
+    schema = json.loads(committed(model))
+    assert schema["namespace"] == "io.gpulens.v1"
+    assert [f["name"] for f in schema["fields"]] == list(model.model_fields)
+    assert all(f.get("doc") for f in schema["fields"])
+
+
+def test_every_event_type_has_a_topic() -> None:
+    assert {spec.record for spec in CATALOG} == {*EVENT_TYPES, DeadLetter}
+
+
+@pytest.mark.parametrize("topic", list(example_events()), ids=lambda t: t.name)
+def test_example_round_trips_through_avro(topic) -> None:
+    event = example_events()[topic]
+    schema = fastavro.parse_schema(json.loads(committed(topic.record)))
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, schema, event.model_dump())
+    buf.seek(0)
+    assert topic.record.model_validate(fastavro.schemaless_reader(buf, schema, schema)) == event
+
+
+def test_times_are_normalised_to_utc_milliseconds() -> None:
+    local = datetime(2026, 1, 2, 3, 4, 5, 678_901, tzinfo=timezone(timedelta(hours=8)))
+    node = example_events()[CATALOG[0]].model_copy(update={})
+    event = NodeEvent.model_validate({**node.model_dump(), "event_time": local})
+    assert event.event_time == datetime(2026, 1, 1, 19, 4, 5, 678_000, tzinfo=UTC)
+
+
+def test_naive_times_are_refused() -> None:
+    pod = example_events()[PODS].model_dump()
+    with pytest.raises(ValidationError, match="timezone"):
+        PodEvent.model_validate({**pod, "creation_time": datetime(2026, 1, 1)})
+
+
+def test_negative_gpu_amount_is_refused() -> None:
+    pod = example_events()[PODS].model_dump()
+    with pytest.raises(ValidationError, match="gpu_amount"):
+        PodEvent.model_validate({**pod, "gpu_amount": -1.0})
+
+
+def test_enums_have_a_default_symbol_for_forward_evolution() -> None:
+    schema = json.loads(committed(PodEvent))
+    change_type = next(f for f in schema["fields"] if f["name"] == "type")["type"]
+    assert change_type["default"] == "MODIFIED"
+    assert change_type["default"] in change_type["symbols"]
+
+
+def test_holds_gpus_follows_the_design_definition() -> None:
+    running = example_events()[PODS]
+    assert running.holds_gpus
+    assert not running.model_copy(update={"phase": "Succeeded"}).holds_gpus
+    assert not running.model_copy(update={"node": None}).holds_gpus
+    assert not running.model_copy(update={"type": ChangeType.DELETED}).holds_gpus
