@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint lock bench down clean
+.PHONY: install demo smoke test lint lock bench down clean
 
 install: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): requirements.lock pyproject.toml
 
 demo: install
 	$(BIN)/gpulens up
+
+# `gpulens up` on a private platform (free ports, temporary state), then down: what CI runs.
+smoke: install
+	$(BIN)/python -m gpulens.ci_smoke
 
 test: install
 	$(BIN)/ruff check .

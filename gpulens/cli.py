@@ -264,6 +264,10 @@ def up(context: Context) -> None:
     click.echo("smoke flow (one record of every type through broker and registry):")
     for r in run_smoke(settings):
         click.echo(f"  {r.record_type:<16} -> {r.topic:<30} and back in {r.round_trip_ms:6.1f} ms")
+    from consumers.clickhouse.client import get_client
+
+    version = get_client(settings.clickhouse).command("SELECT version()")
+    click.echo(f"ClickHouse answers SQL: version {version}")
     click.echo(
         "\nready:\n"
         f"  Kafka            {settings.kafka.bootstrap_servers}\n"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from gpulens.config import GPULensSettings
+from gpulens.config import GPULensSettings, load_settings
 from infra.broker import noida_argv, tansu_argv
 from infra.launching import ServiceManager, ServiceSpec
 from schemas.exceptions import ConfigError
@@ -83,3 +86,56 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
 def manager(settings: GPULensSettings) -> ServiceManager:
     """The service manager of this configuration's state directory."""
     return ServiceManager(settings.platform.state_dir)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_private_config(directory: Path, *, broker: str = "noida", kafka_port: int | None = None) -> Path:
+    """A gpulens.toml for a private platform: free ports, state under ``directory``.
+
+    For tests, benchmarks and CI smoke runs that must not touch a platform already running.
+    """
+    kafka = kafka_port or free_port()
+    registry, clickhouse = free_port(), free_port()
+    path = directory / "gpulens.toml"
+    path.write_text(
+        f"""cluster = "private"
+
+[kafka]
+bootstrap_servers = "127.0.0.1:{kafka}"
+
+[registry]
+url = "http://127.0.0.1:{registry}"
+
+[clickhouse]
+url = "http://127.0.0.1:{clickhouse}"
+http_port = {clickhouse}
+
+[platform]
+state_dir = "{directory / "state"}"
+broker = "{broker}"
+"""
+    )
+    return path
+
+
+@contextmanager
+def private_platform(directory: Path, *, broker: str = "noida") -> Iterator[GPULensSettings]:
+    """Start a private platform under ``directory``, yield its settings, stop it whatever happens."""
+    config_file = write_private_config(directory, broker=broker)
+    settings = load_settings(config_file)
+    services = manager(settings)
+    specs = service_specs(settings, config_file)
+    try:
+        for name in ORDER:
+            if name in specs:
+                services.start(specs[name], timeout=settings.platform.start_timeout_s)
+        yield settings
+    finally:
+        for name in reversed(ORDER):
+            services.stop(name)

@@ -60,6 +60,11 @@ class Status:
     log: Path | None = None
 
 
+# Children this process started, by pid, whichever manager started them: kept so that a
+# stopped child is reaped here instead of lingering as a zombie.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
     """Something accepts TCP connections on host:port."""
     try:
@@ -84,8 +89,6 @@ class ServiceManager:
         self.state_dir = state_dir
         self._run = state_dir / "run"
         self._logs = state_dir / "logs"
-        # Children started by this manager: kept so they can be reaped when stopped.
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def _pidfile(self, name: str) -> Path:
         return self._run / f"{name}.pid"
@@ -131,13 +134,13 @@ class ServiceManager:
                 start_new_session=True,  # its own process group: stop() signals it whole
                 env={**os.environ, **spec.env},
             )
-        self._children[spec.name] = process
+        _CHILDREN[process.pid] = process
         record = {"pid": process.pid, "argv": list(spec.argv), "port": spec.port, "started": time.time()}
         self._pidfile(spec.name).write_text(json.dumps(record))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                self._children.pop(spec.name, None)
+                _CHILDREN.pop(process.pid, None)
                 self._pidfile(spec.name).unlink(missing_ok=True)
                 raise LaunchError(
                     f"{spec.name} exited with code {process.returncode} while starting; "
@@ -166,7 +169,7 @@ class ServiceManager:
         if self.status(name).state is State.RUNNING:
             log.warning("%s did not stop within %.0fs; killing it", name, timeout)
             _signal_group(current.pid, signal.SIGKILL)
-        child = self._children.pop(name, None)
+        child = _CHILDREN.pop(current.pid, None)
         if child is not None:
             child.wait(timeout)
         pidfile.unlink(missing_ok=True)

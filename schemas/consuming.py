@@ -20,7 +20,7 @@ from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, GPULensError
 from schemas.models import Record
 from schemas.settings import KafkaSettings
-from schemas.topics import TopicSpec, by_name
+from schemas.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class DecodingConsumer:
         """Join ``group_id`` on ``topics``; with ``start``, read exactly those partitions from
         those offsets instead (no group rebalancing)."""
         self._codec = codec
+        self._specs = {t.name: t for t in topics}
         self._consumer = Consumer(
             kafka.librdkafka(
                 **{
@@ -100,7 +101,7 @@ class DecodingConsumer:
         return decoded
 
     def _decode(self, message: Message) -> Record | None:
-        topic = by_name(message.topic() or "")
+        topic = self._specs[message.topic() or ""]
         try:
             # A tombstone (None) on an event topic is as undecodable as an empty value.
             return self._codec.decode(topic, message.value() or b"")

@@ -85,14 +85,6 @@ CATALOG: tuple[TopicSpec, ...] = (
 )
 
 
-def by_name(name: str) -> TopicSpec:
-    """The catalog entry of a topic."""
-    for spec in CATALOG:
-        if spec.name == name:
-            return spec
-    raise KeyError(f"{name!r} is not in the topic catalog")
-
-
 def entity_key(cluster: str, entity: str) -> bytes:
     """The record key of an entity: ``cluster/entity``."""
     return f"{cluster}/{entity}".encode()

@@ -65,7 +65,7 @@ def test_unknown_setting_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 def test_broken_toml_says_where(tmp_path: Path) -> None:
     path = tmp_path / "gpulens.toml"
     path.write_text("[kafka\n")
-    with pytest.raises(ConfigError, match="not valid TOML.*line 1"):
+    with pytest.raises(ConfigError, match=r"not valid TOML.*line 1"):
         load_settings(path)
 
 

@@ -14,7 +14,6 @@ from dataclasses import replace
 import fastavro
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -26,19 +25,18 @@ from schemas.codec import AvroCodec, register, registry_client
 from schemas.examples import example_events
 from schemas.exceptions import IncompatibleSchemaError
 from schemas.models import PodEvent
+from schemas.topic_admin import create_topics
 from schemas.topics import PODS, TopicSpec
 
 
 def _topic(platform, name: str, record=PodEvent) -> TopicSpec:
-    admin = AdminClient(platform.kafka.librdkafka())
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
-    return TopicSpec(name, record, "uid", 1)
+    spec = TopicSpec(name, record, "uid", 1)
+    create_topics(platform.kafka, [spec])
+    return spec
 
 
 def _read_one(platform, topic: str, group: str) -> bytes:
-    consumer = Consumer(
-        platform.kafka.librdkafka(**{"group.id": group, "auto.offset.reset": "earliest"})
-    )
+    consumer = Consumer(platform.kafka.librdkafka(**{"group.id": group, "auto.offset.reset": "earliest"}))
     consumer.subscribe([topic])
     try:
         for _ in range(60):

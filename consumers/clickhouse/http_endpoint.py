@@ -165,7 +165,9 @@ async def ping(_request: web.Request) -> web.Response:
 
 def build_app(engine: EmbeddedEngine) -> web.Application:
     """The endpoint's aiohttp application (one engine thread: chDB runs one statement at a time)."""
-    app = web.Application(client_max_size=MAX_BODY)
+    # aiohttp would decode gzip/deflate/zstd bodies itself but not lz4; decoding all of them
+    # in one place keeps the multi-frame rule in one place too.
+    app = web.Application(client_max_size=MAX_BODY, handler_args={"auto_decompress": False})
     app[ENGINE] = engine
     app[EXECUTOR] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chdb")
 

@@ -1,0 +1,161 @@
+"""`gpulens infra up|down|status` and `gpulens up` as a user runs them: real processes, real ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpulens.platform import write_private_config
+from infra.launching import LaunchError, ServiceManager, ServiceSpec, State
+
+GPULENS = [sys.executable, "-m", "gpulens"]
+
+
+def run(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
+    return subprocess.run(
+        [*GPULENS, "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        env=env,
+        timeout=240,
+    )
+
+
+@pytest.fixture
+def own_platform(tmp_path: Path):
+    """A second, private platform (its own ports and state), always taken down."""
+    config = write_private_config(tmp_path)
+    yield config
+    run(config, "down", check=False)
+
+
+def test_up_twice_is_harmless_and_down_stops_exactly_what_up_started(own_platform: Path) -> None:
+    first = run(own_platform, "infra", "up")
+    assert first.stdout.count("started ") == 3
+    second = run(own_platform, "infra", "up")
+    assert second.stdout.count("already running") == 3
+    pids = [int(line.split("pid")[1]) for line in first.stdout.splitlines() if "pid" in line]
+    assert [int(line.split("pid")[1]) for line in second.stdout.splitlines() if "pid" in line] == pids
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        down = run(own_platform, "infra", "down")
+        assert down.stdout.count("stopped") == 3
+        for pid in pids:
+            assert (
+                not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+            )
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+    status = run(own_platform, "infra", "status")
+    assert status.stdout.count("stopped") == 3
+
+
+def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        # A pid file left by a crashed broker whose pid now belongs to someone else.
+        (run_dir / "kafka.pid").write_text(
+            json.dumps({"pid": stranger.pid, "argv": ["/opt/noida-db", "start"]})
+        )
+        services = ServiceManager(tmp_path)
+        assert services.status("kafka").state is State.STALE
+        assert services.stop("kafka") is False
+        assert stranger.poll() is None
+        assert not (run_dir / "kafka.pid").exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_port_in_use_is_a_one_line_error_naming_the_setting(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        config = write_private_config(tmp_path, kafka_port=port)
+        result = run(config, "infra", "up", check=False)
+    assert result.returncode == 1
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert error == [
+        f"error: kafka: port {port} on 127.0.0.1 is already in use by another program; "
+        "stop it or set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port"
+    ]
+
+
+def test_a_missing_binary_says_how_to_install_it(tmp_path: Path) -> None:
+    services = ServiceManager(tmp_path)
+    spec = ServiceSpec("kafka", [str(tmp_path / "bin" / "noida-db"), "start"], "127.0.0.1", 1)
+    with pytest.raises(LaunchError, match=r"noida-db is missing; run `make install`"):
+        services.start(spec)
+
+
+def test_a_service_that_dies_while_starting_shows_its_log(tmp_path: Path) -> None:
+    services = ServiceManager(tmp_path)
+    script = "import sys; print('bad flag --frobnicate'); sys.exit(3)"
+    spec = ServiceSpec("broken", [sys.executable, "-c", script], "127.0.0.1", 1)
+    with pytest.raises(LaunchError, match=r"(?s)exited with code 3.*bad flag --frobnicate"):
+        services.start(spec)
+    assert services.status("broken").state is State.STOPPED
+
+
+def test_a_killed_service_shows_as_stale_and_up_restarts_it(own_platform: Path) -> None:
+    run(own_platform, "infra", "up")
+    status = run(own_platform, "infra", "status").stdout
+    registry_pid = int(
+        next(line for line in status.splitlines() if "registry" in line).split("pid")[1].split()[0]
+    )
+    os.kill(registry_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while "stale" not in run(own_platform, "infra", "status").stdout and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "registry    stale" in run(own_platform, "infra", "status").stdout
+    again = run(own_platform, "infra", "up").stdout
+    assert "registry    started" in again
+    assert again.count("already running") == 2
+
+
+def test_gpulens_up_runs_the_smoke_flow_and_prints_where_things_are(own_platform: Path) -> None:
+    result = run(own_platform, "up")
+    for record_type in (
+        "NodeEvent",
+        "PodEvent",
+        "WorkloadEvent",
+        "DeviceInventory",
+        "GpuSampleBatch",
+        "ContainerEvent",
+        "StorageEvent",
+    ):
+        assert f"  {record_type}" in result.stdout
+    assert "ClickHouse SQL" in result.stdout
+    sql = run(own_platform, "sql", "SELECT 1 + 1", "--format", "TSV")
+    assert sql.stdout == "2\n"
+
+
+def test_every_command_explains_itself() -> None:
+    for args in (
+        ["--help"],
+        ["infra", "--help"],
+        ["infra", "up", "--help"],
+        ["topics", "list", "--help"],
+        ["serve", "clickhouse", "--help"],
+        ["up", "--help"],
+        ["sql", "--help"],
+    ):
+        result = subprocess.run([*GPULENS, *args], capture_output=True, text=True, check=True)
+        assert "Usage: " in result.stdout
+        assert len(result.stdout.splitlines()) > 3
