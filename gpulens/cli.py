@@ -8,29 +8,12 @@ from pathlib import Path
 
 import click
 
-from gpulens.config import GPULensSettings, load_settings
+from gpulens.cli_context import Context, pass_context
+from gpulens.commands_replay import replay
 from gpulens.platform import ORDER, manager, service_specs
 from schemas.exceptions import GPULensError
 
 log = logging.getLogger("gpulens")
-
-
-class Context:
-    """What every command gets: the settings (loaded lazily, so --help never needs them)."""
-
-    def __init__(self, config_file: Path | None) -> None:
-        self.config_file = config_file
-        self._settings: GPULensSettings | None = None
-
-    @property
-    def settings(self) -> GPULensSettings:
-        if self._settings is None:
-            self._settings = load_settings(self.config_file)
-            logging.getLogger().setLevel(self._settings.log_level)
-        return self._settings
-
-
-pass_context = click.make_pass_decorator(Context)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -302,6 +285,9 @@ def sql(context: Context, query: str, fmt: str) -> None:
 
     client = get_client(context.settings.clickhouse)
     click.echo(client.raw_query(query, fmt=fmt).decode(), nl=False)
+
+
+cli.add_command(replay)
 
 
 def main() -> None:

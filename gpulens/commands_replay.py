@@ -1,0 +1,116 @@
+"""`gpulens replay`: publish real public cluster traces as the live producers would."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from gpulens.cli_context import Context, pass_context
+from producers.replay.locating import traces_dir
+from schemas.models import Event
+from schemas.topics import TopicSpec
+
+ALIBABA = traces_dir() / "alibaba-gpu-v2023"
+GENAI = traces_dir() / "alibaba-genai-2026"
+
+
+def _speed(value: str) -> float | None:
+    if value == "max":
+        return None
+    try:
+        speed = float(value)
+    except ValueError:
+        raise click.BadParameter("use 'max' or a factor such as 60 (one trace minute per second)") from None
+    if speed <= 0:
+        raise click.BadParameter("the factor must be above 0")
+    return speed
+
+
+def _publish(
+    context: Context, events: Iterable[tuple[TopicSpec, Event]], total: int, speed: str, label: str
+) -> None:
+    from producers.publishing import EventPublisher
+    from producers.replay.pacing import replay
+    from schemas.codec import AvroCodec, registry_client
+    from schemas.topic_admin import create_topics
+
+    settings = context.settings
+    create_topics(settings.kafka)
+    publisher = EventPublisher(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
+    with click.progressbar(length=total, label=label, file=click.get_text_stream("stderr")) as bar:
+        count = replay(events, publisher, speed=_speed(speed), progress=bar.update)
+    click.echo(f"published {count:,} events")
+
+
+@click.group()
+def replay() -> None:
+    """Publish a real public GPU-cluster trace as GPULens events.
+
+    Traces are read from ../shared/traces beside the checkout, or GPULENS_TRACES_DIR.
+    """
+
+
+@replay.command("alibaba-v2023")
+@click.option(
+    "--nodes",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=ALIBABA / "openb_node_list_gpu_node.csv",
+    show_default=True,
+    help="Node list CSV.",
+)
+@click.option(
+    "--pods",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=ALIBABA / "openb_pod_list_default.csv",
+    show_default=True,
+    help="Pod list CSV.",
+)
+@click.option(
+    "--epoch",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d"]),
+    default="2023-01-01",
+    show_default=True,
+    help="Calendar time of the trace's second 0 (UTC).",
+)
+@click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
+@pass_context
+def alibaba_v2023(context: Context, nodes: Path, pods: Path, epoch: datetime, speed: str) -> None:
+    """Alibaba cluster-trace-gpu-v2023: nodes first, then every GPU pod created, bound, deleted.
+
+    Pods are bound by a deterministic best fit on GPU model and free GPUs (the trace has no
+    binding); cluster-level figures do not depend on it. Pods without GPUs are skipped.
+    """
+    from producers.replay import alibaba_v2023 as trace
+
+    events = list(
+        trace.plan(
+            trace.read_nodes(nodes),
+            trace.read_pods(pods),
+            cluster=context.settings.cluster,
+            epoch=epoch.replace(tzinfo=UTC),
+        )
+    )
+    _publish(
+        context, events, len(events), speed, f"alibaba-v2023 → {context.settings.kafka.bootstrap_servers}"
+    )
+
+
+@replay.command("genai-duty")
+@click.option(
+    "--samples",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=GENAI / "pod_gpu_duty_cycle_48pods.csv",
+    show_default=True,
+    help="Duty-cycle CSV.",
+)
+@click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
+@pass_context
+def genai_duty(context: Context, samples: Path, speed: str) -> None:
+    """Alibaba GenAI 2026 duty cycles: each pod a one-GPU pod on its own node, each row a sample."""
+    from producers.replay import genai_duty as trace
+
+    events = list(trace.plan(trace.read_samples(samples), cluster=context.settings.cluster))
+    _publish(context, events, len(events), speed, f"genai-duty → {context.settings.kafka.bootstrap_servers}")

@@ -1,0 +1,61 @@
+"""Publishing events to their catalog topics: Avro-encoded, keyed by entity, idempotent."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, Producer
+
+from schemas.codec import AvroCodec
+from schemas.exceptions import GPULensError
+from schemas.models import Event
+from schemas.settings import KafkaSettings
+from schemas.topics import TopicSpec, record_key
+
+
+class PublishError(GPULensError):
+    """The broker did not take a record (after librdkafka's own retries)."""
+
+
+class EventPublisher:
+    """Produces events with an idempotent producer; :meth:`flush` raises if any was refused."""
+
+    def __init__(self, kafka: KafkaSettings, codec: AvroCodec, **overrides: object) -> None:
+        self._codec = codec
+        self._producer = Producer(
+            kafka.librdkafka(
+                **{
+                    "enable.idempotence": True,
+                    "linger.ms": 20,
+                    "batch.num.messages": 10_000,
+                    "queue.buffering.max.messages": 500_000,
+                    **overrides,
+                }
+            )
+        )
+        self._failures: list[str] = []
+        self.published = 0
+
+    def publish(self, topic: TopicSpec, event: Event) -> None:
+        """Queue ``event`` on ``topic`` (keyed by its entity); blocks while the queue is full."""
+        value = self._codec.encode(topic, event)
+        key = record_key(topic, event)
+        while True:
+            try:
+                self._producer.produce(topic.name, key=key, value=value, on_delivery=self._delivered)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+        self.published += 1
+
+    def _delivered(self, err: KafkaError | None, _message: object) -> None:
+        if err is not None:
+            self._failures.append(err.str())
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait until every queued record is acknowledged; :class:`PublishError` otherwise."""
+        left = self._producer.flush(timeout)
+        if left or self._failures:
+            raise PublishError(
+                f"{left} records unacknowledged after {timeout:.0f}s, {len(self._failures)} refused"
+                + (f": {self._failures[0]}" if self._failures else "")
+            )

@@ -1,0 +1,1 @@
+"""Replayers of real public GPU-cluster traces: the same records the live producers publish."""
