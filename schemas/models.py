@@ -23,6 +23,7 @@ __all__ = [
     "EVENT_TYPES",
     "Address",
     "ChangeType",
+    "ClusterGpuAllocation",
     "ContainerEvent",
     "ContainerState",
     "DeadLetter",
@@ -34,6 +35,7 @@ __all__ = [
     "GpuSample",
     "GpuSampleBatch",
     "NodeEvent",
+    "NodeGpuAllocation",
     "OwnerReference",
     "PodCondition",
     "PodEvent",
@@ -42,6 +44,7 @@ __all__ = [
     "StorageEvent",
     "Taint",
     "Timestamp",
+    "Watermark",
     "WorkloadEvent",
     "WorkloadStatus",
 ]
@@ -364,6 +367,59 @@ class StorageEvent(Event):
     used_bytes: int | None = Field(default=None, description="Used, bytes.")
     available_bytes: int | None = Field(default=None, description="Available, bytes.")
     labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+
+
+# --- progress markers ------------------------------------------------------------------------
+
+
+class Watermark(Event):
+    """Event time has reached ``event_time`` for ``cluster``: no earlier event will follow.
+
+    A replay publishes a final one when it ends, so every open window closes.
+    """
+
+    final: bool = Field(default=False, description="The stream ends here: close every open window.")
+
+
+# --- aggregates (outputs of the stream processors) ---------------------------------------------
+
+
+class ClusterGpuAllocation(Record):
+    """GPU allocation of one cluster over one window (DESIGN.md, cluster_gpu_allocation)."""
+
+    event_id: str = Field(description="cluster and window start: one row per window, ever.")
+    cluster: str = Field(description="Cluster name.")
+    window_start: Timestamp = Field(description="Window start (inclusive).")
+    window_end: Timestamp = Field(description="Window end (exclusive).")
+    gpu_capacity: float = Field(description="Allocatable GPUs of Ready, schedulable nodes at window end.")
+    gpus_allocated_avg: float = Field(description="Time-weighted mean of GPUs held over the window.")
+    gpus_allocated_max: float = Field(description="Most GPUs held at any instant of the window.")
+    gpus_allocated_end: float = Field(description="GPUs held at window end.")
+    allocation_rate_avg: float | None = Field(
+        default=None, description="gpus_allocated_avg / gpu_capacity; null when capacity is 0."
+    )
+    pods_running_end: int = Field(description="GPU pods holding GPUs at window end.")
+    pods_pending_end: int = Field(description="GPU pods that exist but are not bound at window end.")
+
+
+class NodeGpuAllocation(Record):
+    """GPU allocation of one node over one window (the cluster row's columns, per node)."""
+
+    event_id: str = Field(description="cluster, node and window start.")
+    cluster: str = Field(description="Cluster name.")
+    node: str = Field(description="Node name.")
+    gpu_model: str | None = Field(default=None, description="GPU model of the node.")
+    window_start: Timestamp = Field(description="Window start (inclusive).")
+    window_end: Timestamp = Field(description="Window end (exclusive).")
+    gpu_capacity: float = Field(description="Allocatable GPUs if the node is Ready and schedulable, else 0.")
+    gpus_allocated_avg: float = Field(description="Time-weighted mean of GPUs held over the window.")
+    gpus_allocated_max: float = Field(description="Most GPUs held at any instant of the window.")
+    gpus_allocated_end: float = Field(description="GPUs held at window end.")
+    allocation_rate_avg: float | None = Field(
+        default=None, description="gpus_allocated_avg / gpu_capacity; null when capacity is 0."
+    )
+    pods_running_end: int = Field(description="GPU pods holding GPUs on this node at window end.")
+    pods_pending_end: int = Field(default=0, description="Always 0: pending pods have no node yet.")
 
 
 # --- dead letters ----------------------------------------------------------------------------

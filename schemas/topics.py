@@ -9,14 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.models import (
+    ClusterGpuAllocation,
     ContainerEvent,
     DeadLetter,
     DeviceInventory,
     GpuSampleBatch,
     NodeEvent,
+    NodeGpuAllocation,
     PodEvent,
     Record,
     StorageEvent,
+    Watermark,
     WorkloadEvent,
 )
 
@@ -73,15 +76,27 @@ DLQ = TopicSpec(
     doc="Records that could not be processed, with the original bytes and the reason.",
 )
 
+WATERMARKS = TopicSpec(
+    "gpulens.watermarks.v1", Watermark, "source", 1, doc="Event-time progress; a final one ends a replay."
+)
+CLUSTER_ALLOCATION = TopicSpec(
+    "gpulens.agg.cluster-gpu-allocation.v1",
+    ClusterGpuAllocation,
+    "cluster",
+    1,
+    doc="cluster_gpu_allocation: one row per cluster and window.",
+)
+NODE_ALLOCATION = TopicSpec(
+    "gpulens.agg.node-gpu-allocation.v1",
+    NodeGpuAllocation,
+    "node",
+    3,
+    doc="node_gpu_allocation: one row per node and window.",
+)
+
 CATALOG: tuple[TopicSpec, ...] = (
-    NODES,
-    PODS,
-    WORKLOADS,
-    DEVICE_INVENTORY,
-    GPU_SAMPLES,
-    CONTAINERS,
-    STORAGE,
-    DLQ,
+    *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
+    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, DLQ),
 )
 
 

@@ -21,7 +21,8 @@ def test_every_row_becomes_a_sample_of_its_pods_gpu() -> None:
     expected = Counter((r["container_ip"], float(r["timestamp_anon"]), float(r["value"])) for r in rows)
     by_gpu = {genai_duty.gpu_id(ip): ip for ip in {r["container_ip"] for r in rows}}
     published = Counter(
-        (by_gpu[b.samples[0].device_id], b.event_time.timestamp(), b.samples[0].utilization_pct) for b in batches
+        (by_gpu[b.samples[0].device_id], b.event_time.timestamp(), b.samples[0].utilization_pct)
+        for b in batches
     )
     assert published == expected
     assert [b.event_time for b in batches] == sorted(b.event_time for b in batches)

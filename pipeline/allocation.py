@@ -1,0 +1,235 @@
+"""GPU allocation over tumbling windows, per cluster and per node, in event time.
+
+Definitions (DESIGN.md): a pod holds GPUs while bound, Running and not deleted; events of
+one instant are applied together, so an amount "at an instant" is the amount after all of
+that instant's events; a window ``[start, end)`` reports the time-weighted mean, the largest
+amount at any instant, and the amount at its end; windows without events still get their
+row (state carries over). Node rows are written for nodes that held GPUs or changed in the
+window; a node missing from a window held nothing and did not change.
+
+Records must arrive in non-decreasing event time per cluster (the runner merges partitions
+by event time); an earlier one raises :class:`LateEvent`, and the caller dead-letters it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.exceptions import LateEvent
+from pipeline.windows import TumblingWindows, from_ms, to_ms
+from schemas.ids import event_id
+from schemas.models import ChangeType, ClusterGpuAllocation, NodeEvent, NodeGpuAllocation, PodEvent, Record
+
+
+@dataclass(slots=True)
+class _Series:
+    """One amount (GPUs held by a cluster or a node) integrated over the current window."""
+
+    since: int
+    value: float = 0.0
+    integral: float = 0.0
+    maximum: float = 0.0
+
+    def settle(self, at: int, value: float) -> None:
+        """``value`` holds from instant ``at`` on (after all of that instant's events)."""
+        self.integral += self.value * (at - self.since)
+        self.since, self.value = at, value
+        self.maximum = max(self.maximum, value)
+
+    def close(self, end: int, size: int) -> tuple[float, float, float]:
+        """(mean, max, end value) of the window ending at ``end``; then start the next window."""
+        self.integral += self.value * (end - self.since)
+        result = (self.integral / size, self.maximum, self.value)
+        self.since, self.integral, self.maximum = end, 0.0, self.value
+        return result
+
+
+@dataclass(slots=True)
+class _Pod:
+    amount: float
+    node: str | None
+    holding: bool
+    pending: bool
+
+
+@dataclass(slots=True)
+class _Node:
+    allocatable: float = 0.0
+    available: bool = False
+    """Ready and schedulable: counts toward capacity."""
+    model: str | None = None
+    held: float = 0.0
+    running: int = 0
+
+
+@dataclass
+class _Cluster:
+    name: str
+    window_start: int
+    instant: int
+    series: _Series
+    pods: dict[str, _Pod] = field(default_factory=dict)
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    node_series: dict[str, _Series] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    """Nodes whose amount changed at the current instant."""
+    changed_in_window: set[str] = field(default_factory=set)
+    held: float = 0.0
+    running: int = 0
+    pending: int = 0
+
+    @property
+    def capacity(self) -> float:
+        return sum(n.allocatable for n in self.nodes.values() if n.available)
+
+
+class AllocationAggregator:
+    """cluster_gpu_allocation and node_gpu_allocation rows from pod and node events."""
+
+    def __init__(self, windows: TumblingWindows, *, per_node: bool = True) -> None:
+        self.windows = windows
+        self.per_node = per_node
+        self._clusters: dict[str, _Cluster] = {}
+
+    def apply(self, event: PodEvent | NodeEvent) -> list[Record]:
+        """Apply one event; returns the rows of the windows its time closed."""
+        at = to_ms(event.event_time)
+        cluster = self._clusters.get(event.cluster)
+        rows: list[Record] = []
+        if cluster is None:
+            start = self.windows.start_of(at)
+            cluster = self._clusters[event.cluster] = _Cluster(event.cluster, start, at, _Series(since=start))
+        elif at < cluster.instant:
+            raise LateEvent(
+                f"{type(event).__name__} at {event.event_time.isoformat()} arrived after "
+                f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
+            )
+        elif at > cluster.instant:
+            self._settle(cluster)
+            rows = self._close_before(cluster, at)
+            cluster.instant = at
+        if isinstance(event, PodEvent):
+            self._apply_pod(cluster, event)
+        else:
+            self._apply_node(cluster, event)
+        return rows
+
+    def finish(self, cluster_name: str, at: int | None = None) -> list[Record]:
+        """Close every window up to the one holding ``at`` (default: the last instant seen)."""
+        cluster = self._clusters.get(cluster_name)
+        if cluster is None:
+            return []
+        self._settle(cluster)
+        until = max(cluster.instant, at or cluster.instant)
+        return self._close_before(cluster, self.windows.start_of(until) + self.windows.size_ms)
+
+    # --- state changes ----------------------------------------------------------------------
+
+    def _apply_pod(self, cluster: _Cluster, event: PodEvent) -> None:
+        old = cluster.pods.pop(event.uid, None)
+        if old is not None:
+            self._count(cluster, old, -1)
+        if event.type != ChangeType.DELETED:
+            new = _Pod(
+                amount=event.gpu_amount,
+                node=event.node,
+                holding=event.holds_gpus,
+                pending=event.node is None and event.phase == "Pending" and event.gpu_amount > 0,
+            )
+            cluster.pods[event.uid] = new
+            self._count(cluster, new, +1)
+
+    def _count(self, cluster: _Cluster, pod: _Pod, sign: int) -> None:
+        if pod.pending:
+            cluster.pending += sign
+        if not pod.holding:
+            return
+        cluster.held += sign * pod.amount
+        cluster.running += sign
+        if pod.node is not None:
+            node = cluster.nodes.setdefault(pod.node, _Node())
+            node.held += sign * pod.amount
+            node.running += sign
+            cluster.touched.add(pod.node)
+
+    def _apply_node(self, cluster: _Cluster, event: NodeEvent) -> None:
+        node = cluster.nodes.setdefault(event.node, _Node())
+        deleted = event.type == ChangeType.DELETED
+        node.allocatable = 0.0 if deleted else event.gpus_allocatable
+        node.available = not deleted and event.ready and event.schedulable
+        node.model = event.gpu_model or node.model
+        cluster.touched.add(event.node)
+
+    # --- windows ----------------------------------------------------------------------------
+
+    def _settle(self, cluster: _Cluster) -> None:
+        cluster.series.settle(cluster.instant, cluster.held)
+        if not self.per_node:
+            cluster.touched.clear()
+            return
+        for name in cluster.touched:
+            series = cluster.node_series.get(name)
+            if series is None:
+                series = cluster.node_series[name] = _Series(since=cluster.window_start)
+            series.settle(cluster.instant, cluster.nodes[name].held)
+            cluster.changed_in_window.add(name)
+        cluster.touched.clear()
+
+    def _close_before(self, cluster: _Cluster, at: int) -> list[Record]:
+        rows: list[Record] = []
+        size = self.windows.size_ms
+        while cluster.window_start + size <= at:
+            start, end = cluster.window_start, cluster.window_start + size
+            rows.append(self._cluster_row(cluster, start, end, *cluster.series.close(end, size)))
+            if self.per_node:
+                rows += self._node_rows(cluster, start, end)
+            cluster.window_start = end
+        return rows
+
+    def _cluster_row(
+        self, cluster: _Cluster, start: int, end: int, mean: float, maximum: float, last: float
+    ) -> ClusterGpuAllocation:
+        capacity = cluster.capacity
+        return ClusterGpuAllocation(
+            event_id=event_id(cluster.name, "cluster_gpu_allocation", start, end),
+            cluster=cluster.name,
+            window_start=from_ms(start),
+            window_end=from_ms(end),
+            gpu_capacity=capacity,
+            gpus_allocated_avg=mean,
+            gpus_allocated_max=maximum,
+            gpus_allocated_end=last,
+            allocation_rate_avg=mean / capacity if capacity else None,
+            pods_running_end=cluster.running,
+            pods_pending_end=cluster.pending,
+        )
+
+    def _node_rows(self, cluster: _Cluster, start: int, end: int) -> list[Record]:
+        rows: list[Record] = []
+        size = self.windows.size_ms
+        for name in sorted(cluster.node_series):
+            series = cluster.node_series[name]
+            if series.value == 0 and series.maximum == 0 and name not in cluster.changed_in_window:
+                del cluster.node_series[name]  # idle and unchanged: no row until it changes
+                continue
+            mean, maximum, last = series.close(end, size)
+            node = cluster.nodes[name]
+            capacity = node.allocatable if node.available else 0.0
+            rows.append(
+                NodeGpuAllocation(
+                    event_id=event_id(cluster.name, name, "node_gpu_allocation", start, end),
+                    cluster=cluster.name,
+                    node=name,
+                    gpu_model=node.model,
+                    window_start=from_ms(start),
+                    window_end=from_ms(end),
+                    gpu_capacity=capacity,
+                    gpus_allocated_avg=mean,
+                    gpus_allocated_max=maximum,
+                    gpus_allocated_end=last,
+                    allocation_rate_avg=mean / capacity if capacity else None,
+                    pods_running_end=node.running,
+                )
+            )
+        cluster.changed_in_window.clear()
+        return rows

@@ -1,0 +1,31 @@
+"""Window definitions (apart from the code that runs them): tumbling, epoch-aligned, half-open."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TumblingWindows:
+    """Windows ``[k*size, (k+1)*size)`` in epoch milliseconds (DESIGN.md: default 30 s)."""
+
+    size_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise ValueError(f"window size must be positive, got {self.size_ms} ms")
+
+    def start_of(self, at_ms: int) -> int:
+        """Start of the window holding ``at_ms`` (an event at a window's end opens the next one)."""
+        return at_ms - at_ms % self.size_ms
+
+
+def to_ms(moment: datetime) -> int:
+    """Epoch milliseconds of an aware datetime (exact: our timestamps have millisecond precision)."""
+    return int(round(moment.timestamp() * 1000))
+
+
+def from_ms(at_ms: int) -> datetime:
+    """The aware UTC datetime of epoch milliseconds."""
+    return datetime.fromtimestamp(at_ms / 1000, UTC)
