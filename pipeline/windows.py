@@ -23,7 +23,7 @@ class TumblingWindows:
 
 def to_ms(moment: datetime) -> int:
     """Epoch milliseconds of an aware datetime (exact: our timestamps have millisecond precision)."""
-    return int(round(moment.timestamp() * 1000))
+    return round(moment.timestamp() * 1000)
 
 
 def from_ms(at_ms: int) -> datetime:

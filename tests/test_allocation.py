@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-
 from allocation_oracle import expected_rows
+
 from pipeline.allocation import AllocationAggregator
 from pipeline.exceptions import LateEvent
 from pipeline.windows import TumblingWindows, to_ms
