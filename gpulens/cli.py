@@ -9,7 +9,10 @@ from pathlib import Path
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.commands_agent import agent
 from gpulens.commands_replay import replay
+from gpulens.commands_watch import watch
+from gpulens.commands_worker import worker
 from gpulens.platform import ORDER, manager, service_specs
 from schemas.exceptions import GPULensError
 
@@ -288,6 +291,9 @@ def sql(context: Context, query: str, fmt: str) -> None:
 
 
 cli.add_command(replay)
+cli.add_command(agent)
+cli.add_command(worker)
+cli.add_command(watch)
 
 
 def main() -> None:

@@ -21,6 +21,8 @@ from pydantic_settings import (
 
 from consumers.clickhouse.settings import ClickHouseSettings
 from infra.settings import PlatformSettings
+from producers.agent.settings import AgentSettings
+from producers.kubernetes.settings import WatcherSettings
 from schemas.exceptions import ConfigError
 from schemas.settings import KafkaSettings, RegistrySettings
 
@@ -41,6 +43,8 @@ class GPULensSettings(BaseSettings):
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     platform: PlatformSettings = Field(default_factory=PlatformSettings)
+    watcher: WatcherSettings = Field(default_factory=WatcherSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -18,35 +18,52 @@ from dataclasses import dataclass, field
 from pipeline.exceptions import LateEvent
 from pipeline.windows import TumblingWindows, from_ms, to_ms
 from schemas.ids import event_id
-from schemas.models import ChangeType, ClusterGpuAllocation, NodeEvent, NodeGpuAllocation, PodEvent, Record
+from schemas.models import (
+    ChangeType,
+    ClusterGpuAllocation,
+    Event,
+    NodeEvent,
+    NodeGpuAllocation,
+    PodEvent,
+    Record,
+    Watermark,
+)
+
+MILLI = 1000
+"""Amounts are counted in thousandths of a GPU, as integers: sums of shares stay exact."""
+
+
+def _milli(amount: float) -> int:
+    return round(amount * MILLI)
 
 
 @dataclass(slots=True)
 class _Series:
-    """One amount (GPUs held by a cluster or a node) integrated over the current window."""
+    """One amount (milli-GPUs held by a cluster or a node) integrated over the current window."""
 
     since: int
-    value: float = 0.0
-    integral: float = 0.0
-    maximum: float = 0.0
+    value: int = 0
+    integral: int = 0
+    maximum: int = 0
 
-    def settle(self, at: int, value: float) -> None:
+    def settle(self, at: int, value: int) -> None:
         """``value`` holds from instant ``at`` on (after all of that instant's events)."""
         self.integral += self.value * (at - self.since)
         self.since, self.value = at, value
         self.maximum = max(self.maximum, value)
 
     def close(self, end: int, size: int) -> tuple[float, float, float]:
-        """(mean, max, end value) of the window ending at ``end``; then start the next window."""
+        """(mean, max, end value) in GPUs of the window ending at ``end``; then start the next."""
         self.integral += self.value * (end - self.since)
-        result = (self.integral / size, self.maximum, self.value)
-        self.since, self.integral, self.maximum = end, 0.0, self.value
+        result = (self.integral / size / MILLI, self.maximum / MILLI, self.value / MILLI)
+        self.since, self.integral, self.maximum = end, 0, self.value
         return result
 
 
 @dataclass(slots=True)
 class _Pod:
-    amount: float
+    amount: int
+    """milli-GPUs."""
     node: str | None
     holding: bool
     pending: bool
@@ -58,7 +75,7 @@ class _Node:
     available: bool = False
     """Ready and schedulable: counts toward capacity."""
     model: str | None = None
-    held: float = 0.0
+    held: int = 0
     running: int = 0
 
 
@@ -74,7 +91,7 @@ class _Cluster:
     touched: set[str] = field(default_factory=set)
     """Nodes whose amount changed at the current instant."""
     changed_in_window: set[str] = field(default_factory=set)
-    held: float = 0.0
+    held: int = 0
     running: int = 0
     pending: int = 0
 
@@ -90,6 +107,14 @@ class AllocationAggregator:
         self.windows = windows
         self.per_node = per_node
         self._clusters: dict[str, _Cluster] = {}
+
+    def process(self, event: Event) -> list[Record]:
+        """Apply a pod or node event, or close windows on a final watermark; other events pass."""
+        if isinstance(event, PodEvent | NodeEvent):
+            return self.apply(event)
+        if isinstance(event, Watermark) and event.final:
+            return self.finish(event.cluster, to_ms(event.event_time))
+        return []
 
     def apply(self, event: PodEvent | NodeEvent) -> list[Record]:
         """Apply one event; returns the rows of the windows its time closed."""
@@ -131,7 +156,7 @@ class AllocationAggregator:
             self._count(cluster, old, -1)
         if event.type != ChangeType.DELETED:
             new = _Pod(
-                amount=event.gpu_amount,
+                amount=_milli(event.gpu_amount),
                 node=event.node,
                 holding=event.holds_gpus,
                 pending=event.node is None and event.phase == "Pending" and event.gpu_amount > 0,

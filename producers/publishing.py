@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, Producer
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, Message, Producer
 
 from schemas.codec import AvroCodec
 from schemas.exceptions import GPULensError
 from schemas.models import Event
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec, record_key
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+"""librdkafka's answer about one record: no error once the broker acknowledged it."""
 
 
 class PublishError(GPULensError):
@@ -34,18 +39,38 @@ class EventPublisher:
         self._failures: list[str] = []
         self.published = 0
 
+    def encode(self, topic: TopicSpec, event: Event) -> tuple[bytes, bytes]:
+        """The key and value bytes ``event`` is published with on ``topic``."""
+        return record_key(topic, event), self._codec.encode(topic, event)
+
     def publish(self, topic: TopicSpec, event: Event) -> None:
         """Queue ``event`` on ``topic`` (keyed by its entity); blocks while the queue is full."""
-        value = self._codec.encode(topic, event)
-        key = record_key(topic, event)
+        key, value = self.encode(topic, event)
+        self.produce(topic.name, key, value)
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
+    ) -> None:
+        """Queue encoded bytes; ``on_delivery`` hears the broker's answer (default: :meth:`flush` raises)."""
         while True:
             try:
-                self._producer.produce(topic.name, key=key, value=value, on_delivery=self._delivered)
+                self._producer.produce(
+                    topic, key=key, value=value, on_delivery=on_delivery or self._delivered
+                )
                 break
             except BufferError:
                 self._producer.poll(0.05)
         self._producer.poll(0)
         self.published += 1
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve delivery callbacks, waiting up to ``timeout`` seconds for one."""
+        self._producer.poll(timeout)
+
+    def purge(self) -> None:
+        """Give up on every queued and in-flight record: their callbacks get a purge error."""
+        self._producer.purge()
+        self._producer.poll(0)
 
     def _delivered(self, err: KafkaError | None, _message: object) -> None:
         if err is not None:

@@ -32,15 +32,36 @@ class DeadLetterPublisher:
 
     def publish(self, message: Message, reason: str, detail: str) -> DeadLetter:
         """Send ``message`` to the DLQ with ``reason``; returns the dead letter sent."""
-        topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
+        return self.send(
+            message.topic() or "",
+            message.partition() or 0,
+            message.offset() or 0,
+            key=message.key(),
+            value=message.value(),
+            reason=reason,
+            detail=detail,
+        )
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+        detail: str,
+    ) -> DeadLetter:
+        """Send the record at ``topic/partition@offset`` to the DLQ with ``reason``."""
         letter = DeadLetter(
             event_id=event_id("dlq", topic, partition, offset),
             failed_at=datetime.now(UTC),
             source_topic=topic,
             source_partition=partition,
             source_offset=offset,
-            key=message.key(),
-            value=message.value(),
+            key=key,
+            value=value,
             reason=reason,
             detail=detail,
             consumer=self._consumer,

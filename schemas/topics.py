@@ -106,7 +106,10 @@ def entity_key(cluster: str, entity: str) -> bytes:
 
 
 def record_key(topic: TopicSpec, record: Record) -> bytes:
-    """The key ``record`` is published with on ``topic`` (dead letters: their source topic)."""
+    """The key ``record`` is published with on ``topic``: ``cluster/entity``, or just the cluster
+    for per-cluster rows, or the source topic for dead letters."""
     entity = str(getattr(record, topic.key_field))
     cluster = getattr(record, "cluster", None)
-    return entity.encode() if cluster is None else entity_key(cluster, entity)
+    if cluster is None or topic.key_field == "cluster":
+        return entity.encode()
+    return entity_key(cluster, entity)

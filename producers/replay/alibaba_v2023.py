@@ -17,10 +17,10 @@ from pathlib import Path
 
 from producers.replay.binding import MILLI, BestFitBinder
 from producers.replay.exceptions import TraceError
-from producers.replay.reading import number, rows
+from producers.replay.reading import end_of_replay, number, rows
 from schemas.ids import event_id
 from schemas.models import ChangeType, ContainerState, Event, NodeEvent, PodCondition, PodEvent
-from schemas.topics import NODES, PODS, TopicSpec
+from schemas.topics import NODES, PODS, WATERMARKS, TopicSpec
 
 SOURCE = "replay:alibaba-v2023"
 WHOLE_GPU = "nvidia.com/gpu"
@@ -146,6 +146,7 @@ def plan(
         elif step == _DELETE:
             binder.release(pod.name)
         yield PODS, _pod_event(pod, step, bound.get(index), cluster=cluster, epoch=epoch, at=at)
+    yield WATERMARKS, end_of_replay(cluster, SOURCE, epoch + timedelta(seconds=steps[-1][0] if steps else 0))
 
 
 def _node_event(node: TraceNode, cluster: str, epoch: datetime) -> NodeEvent:

@@ -75,6 +75,7 @@ def pod_uid(cluster: str, pod: str) -> str:
 def plan(samples: list[DutySample], *, cluster: str) -> Iterator[tuple[TopicSpec, Event]]:
     """The events of the replay, in non-decreasing event time."""
     started: set[str] = set()
+    sample = None
     for sample in samples:
         if sample.pod not in started:
             started.add(sample.pod)

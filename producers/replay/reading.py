@@ -1,12 +1,15 @@
-"""Reading trace CSV files with errors that name the file, the line and what is wrong."""
+"""Reading trace CSV files (errors name the file, line and problem), and ending a replay."""
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 from producers.replay.exceptions import TraceError
+from schemas.ids import event_id
+from schemas.models import Watermark
 
 
 def rows(path: Path, columns: set[str]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -32,3 +35,14 @@ def number(path: Path, line: int, row: dict[str, str], column: str) -> float | N
         return float(text)
     except ValueError:
         raise TraceError(f"{path}:{line}: {column} must be a number, got {text!r}") from None
+
+
+def end_of_replay(cluster: str, source: str, at: datetime) -> Watermark:
+    """The final watermark of a replay: stream processors close every open window on it."""
+    return Watermark(
+        event_id=event_id(cluster, source, "end", at.isoformat()),
+        cluster=cluster,
+        event_time=at,
+        source=source,
+        final=True,
+    )

@@ -1,0 +1,206 @@
+"""The allocation worker: pod, node and watermark topics in, allocation rows out, exactly once.
+
+Every cycle is one Kafka transaction holding the rows produced, the dead letters and the
+input offsets, so a crash (even SIGKILL) leaves either all of a cycle or none of it.
+Operator state is rebuilt at start by re-reading the inputs from the beginning with output
+suppressed up to the committed offsets: events are the truth, state is derived. (This
+bounds history by the input topics' retention; a state changelog would lift that.)
+
+One worker owns every partition of its inputs: cluster-level windows need every pod of a
+cluster. Scale-out is by cluster (one worker per set of clusters), not by partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from prometheus_client import Counter, Gauge
+
+from pipeline.allocation import AllocationAggregator
+from pipeline.exceptions import LateEvent, PipelineError
+from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
+from pipeline.windows import TumblingWindows, to_ms
+from schemas.codec import AvroCodec
+from schemas.dead_letters import DeadLetterPublisher
+from schemas.exceptions import DecodeError
+from schemas.models import Event
+from schemas.settings import KafkaSettings
+from schemas.topics import CLUSTER_ALLOCATION, NODE_ALLOCATION, NODES, PODS, WATERMARKS, TopicSpec, record_key
+
+log = logging.getLogger(__name__)
+
+INPUTS: tuple[TopicSpec, ...] = (NODES, PODS, WATERMARKS)
+"""In this order at one instant: nodes, then pods, then watermarks."""
+
+RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
+ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
+LATE = Counter("gpulens_worker_late_events_total", "Events older than applied event time (sent to the DLQ).")
+WAITING = Gauge("gpulens_worker_buffered_records", "Records waiting for a slower partition.")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How the worker runs."""
+
+    group_id: str = "gpulens-allocation"
+    window_ms: int = 30_000
+    per_node: bool = True
+    idle_ms: int = 3_000
+    """How long a partition at its end may stay quiet before the others go on without it."""
+    cycle_s: float = 1.0
+    """Longest time between two transaction commits."""
+    cycle_records: int = 20_000
+
+
+class AllocationWorker:
+    """Runs :class:`AllocationAggregator` over the topics, one transaction per cycle."""
+
+    def __init__(self, kafka: KafkaSettings, codec: AvroCodec, options: WorkerOptions) -> None:
+        self._codec = codec
+        self._options = options
+        self._aggregator = AllocationAggregator(TumblingWindows(options.window_ms), per_node=options.per_node)
+        self._consumer = Consumer(
+            kafka.librdkafka(
+                **{
+                    "group.id": options.group_id,
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 100,
+                }
+            )
+        )
+        self._producer = Producer(
+            kafka.librdkafka(
+                **{"transactional.id": f"{options.group_id}-worker", "linger.ms": 20, "acks": "all"}
+            )
+        )
+        self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
+        partitions = self._partitions()
+        self._last_ms: dict[tuple[str, int], int] = {}
+        self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions])
+        self._merges: dict[str, EventTimeMerge[Event | DecodeError]] = {}
+        self._rank = {spec.name: rank for rank, spec in enumerate(INPUTS)}
+        self._specs = {spec.name: spec for spec in INPUTS}
+        committed = self._consumer.committed(partitions, timeout=30)
+        self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
+        self._positions: dict[tuple[str, int], int] = {}
+        self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+        self._producer.init_transactions(30)
+        self._producer.begin_transaction()
+        self._pending = 0
+        self._cycle_started = time.monotonic()
+
+    def _partitions(self) -> list[TopicPartition]:
+        metadata = self._consumer.list_topics(timeout=30).topics
+        missing = [spec.name for spec in INPUTS if spec.name not in metadata]
+        if missing:
+            raise PipelineError(f"input topics missing: {', '.join(missing)}; run `gpulens topics create`")
+        return [
+            TopicPartition(spec.name, p) for spec in INPUTS for p in sorted(metadata[spec.name].partitions)
+        ]
+
+    def run(self, stop: threading.Event) -> None:
+        """Process until ``stop`` is set; commits what was processed before returning."""
+        try:
+            while not stop.is_set():
+                self.step()
+            self._commit()
+        finally:
+            self._consumer.close()
+
+    def step(self, timeout: float = 0.2) -> None:
+        """Fetch, merge, process what is ready, and commit when the cycle is full or old."""
+        for message in self._consumer.consume(5_000, timeout):
+            self._take(message)
+        for merge in list(self._merges.values()):
+            for item in merge.release():
+                self._process(item)
+        WAITING.set(sum(m.buffered for m in self._merges.values()))
+        if self._pending >= self._options.cycle_records or (
+            self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s
+        ):
+            self._commit()
+
+    def _take(self, message: Message) -> None:
+        topic, partition = message.topic() or "", message.partition() or 0
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._ends.reached((topic, partition))
+                return
+            if error.fatal() or not error.retriable():
+                raise PipelineError(f"{topic}/{partition}: {error.str()}")
+            log.warning("transient consume error: %s", error.str())
+            return
+        record: Event | DecodeError
+        try:
+            record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
+            event_ms = self._last_ms[(topic, partition)] = to_ms(record.event_time)
+            cluster = record.cluster
+        except DecodeError as err:
+            # Undecodable records keep their place in the partition: the offset committed past
+            # them must never skip a record still waiting in the merge.
+            record, event_ms, cluster = err, self._last_ms.get((topic, partition), 0), ""
+        merge = self._merges.get(cluster)
+        if merge is None:
+            merge = self._merges[cluster] = EventTimeMerge(self._ends, idle_ms=self._options.idle_ms)
+        merge.add(
+            Stamped(
+                event_ms,
+                self._rank[topic],
+                partition,
+                message.offset() or 0,
+                topic,
+                record,
+                message.key(),
+                message.value(),
+            )
+        )
+
+    def _process(self, item: Stamped[Event | DecodeError]) -> None:
+        record = item.record
+        replaying = item.offset < self._resume.get((item.topic, item.partition), 0)
+        RECORDS_IN.labels(item.topic).inc()
+        if isinstance(record, DecodeError):
+            if not replaying:
+                self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
+                               reason=record.reason.value, detail=record.detail)  # fmt: skip
+                self._advance(item.topic, item.partition, item.offset)
+            return
+        try:
+            rows = self._aggregator.process(record)
+        except LateEvent as err:
+            LATE.inc()
+            rows = []
+            if not replaying:
+                self._dlq.send(
+                    item.topic, item.partition, item.offset, key=item.key, value=item.value,
+                    reason="late-event", detail=str(err),
+                )  # fmt: skip
+        if not replaying:
+            for row in rows:
+                spec = CLUSTER_ALLOCATION if row.__class__ is CLUSTER_ALLOCATION.record else NODE_ALLOCATION
+                self._producer.produce(
+                    spec.name, key=record_key(spec, row), value=self._codec.encode(spec, row)
+                )
+                ROWS_OUT.labels(spec.name).inc()
+            self._advance(item.topic, item.partition, item.offset)
+
+    def _advance(self, topic: str, partition: int, offset: int) -> None:
+        self._positions[(topic, partition)] = offset + 1
+        self._pending += 1
+
+    def _commit(self) -> None:
+        if self._positions:
+            offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
+            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+        self._producer.commit_transaction(30)
+        self._producer.begin_transaction()
+        self._positions.clear()
+        self._pending = 0
+        self._cycle_started = time.monotonic()

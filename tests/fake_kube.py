@@ -1,0 +1,408 @@
+"""A fake Kubernetes API server that speaks the real HTTP protocol, for the watcher tests.
+
+What it implements, as kube-apiserver does: LIST of a collection (cluster-wide or in a
+namespace) with the current resourceVersion; WATCH (``?watch=true``) from a resourceVersion,
+streamed as newline-delimited JSON events in chunked encoding, with BOOKMARKs when asked
+(``allowWatchBookmarks``) and an end after ``timeoutSeconds``; ``410 Gone`` for a
+resourceVersion older than the compacted history, either as an HTTP 410 Status or as an
+ERROR event (``gone_as``); Lease objects with GET, POST (409 if it exists) and PUT (409 when
+the resourceVersion sent is not the current one). One global resourceVersion counter for
+every object, as etcd's revision. Tests change the state through the Python API
+(:meth:`FakeKube.create`, :meth:`~FakeKube.update`, :meth:`~FakeKube.delete`), never by
+touching the code under test.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlparse
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS = {
+    k.plural: k
+    for k in (
+        Kind("", "v1", "nodes", "Node", namespaced=False),
+        Kind("", "v1", "pods", "Pod"),
+        Kind("apps", "v1", "deployments", "Deployment"),
+        Kind("apps", "v1", "replicasets", "ReplicaSet"),
+        Kind("apps", "v1", "statefulsets", "StatefulSet"),
+        Kind("apps", "v1", "daemonsets", "DaemonSet"),
+        Kind("batch", "v1", "jobs", "Job"),
+        Kind("batch", "v1", "cronjobs", "CronJob"),
+        Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+        Kind("coordination.k8s.io", "v1", "leases", "Lease"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class _Change:
+    resource_version: int
+    plural: str | None  # None: a bookmark for every watch
+    type: str
+    object: dict[str, Any]
+
+
+@dataclass
+class _Request:
+    kind: Kind
+    namespace: str | None
+    name: str | None
+    query: dict[str, str]
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+class FakeKube:
+    """The fake API server; ``with FakeKube() as kube:`` serves on 127.0.0.1:<free port>."""
+
+    def __init__(self, *, gone_as: Literal["status", "event"] = "status") -> None:
+        self.gone_as = gone_as
+        self._cond = threading.Condition()
+        self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in KINDS}
+        self._history: list[_Change] = []
+        self._revisions: list[int] = []  # the history's resourceVersions, for bisecting
+        self._revision = 0
+        self._compacted = 0
+        self._generation = 0  # bumped by outages: streams of an older generation end at once
+        self._down = False
+        self._stopping = False
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._serving: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> FakeKube:
+        self._serving = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-kube")
+        self._serving.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._server.shutdown()
+        self._server.server_close()  # joins the request threads
+        if self._serving is not None:
+            self._serving.join()
+
+    # --- state, through Python -------------------------------------------------------------------
+
+    def create(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object (uid, creationTimestamp and resourceVersion filled in); a copy of it."""
+        kind = KINDS[plural]
+        obj = copy.deepcopy(obj)
+        obj.setdefault("apiVersion", kind.api_version)
+        obj.setdefault("kind", kind.kind)
+        meta = obj.setdefault("metadata", {})
+        if kind.namespaced:
+            meta.setdefault("namespace", "default")
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        with self._cond:
+            key = (meta.get("namespace", ""), meta["name"])
+            if key in self._objects[plural]:
+                raise KeyError(f"{plural} {key} exists")
+            return self._record(plural, "ADDED", obj)
+
+    def update(
+        self, plural: str, name: str, change: Callable[[dict[str, Any]], None], *, namespace: str = "default"
+    ) -> dict[str, Any]:
+        """Apply ``change`` to a copy of the object and store it as a new version."""
+        with self._cond:
+            obj = copy.deepcopy(self._objects[plural][self._key(plural, namespace, name)])
+            change(obj)
+            return self._record(plural, "MODIFIED", obj)
+
+    def delete(self, plural: str, name: str, *, namespace: str = "default") -> None:
+        """Remove the object (watchers get DELETED with its last state)."""
+        with self._cond:
+            obj = self._objects[plural][self._key(plural, namespace, name)]
+            self._record(plural, "DELETED", copy.deepcopy(obj))
+
+    def get(self, plural: str, name: str, *, namespace: str = "default") -> dict[str, Any]:
+        with self._cond:
+            return copy.deepcopy(self._objects[plural][self._key(plural, namespace, name)])
+
+    def bookmark(self) -> int:
+        """Send every open watch a BOOKMARK at a new resourceVersion; that version."""
+        with self._cond:
+            self._revision += 1
+            self._append(_Change(self._revision, None, "BOOKMARK", {}))
+            self._cond.notify_all()
+            return self._revision
+
+    def compact(self) -> None:
+        """Forget the history: a watch from any resourceVersion seen so far gets 410 Gone."""
+        with self._cond:
+            self._compacted = self._revision
+            self._history.clear()
+            self._revisions.clear()
+
+    @contextmanager
+    def outage(self) -> Iterator[None]:
+        """Break every open watch now and answer 503 to every request until the block ends."""
+        with self._cond:
+            self._down = True
+            self._generation += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._down = False
+
+    def count(self, method: str, plural: str, *, watch: bool = False) -> int:
+        """How many requests of that kind were answered (lists: ``watch`` False)."""
+        with self._cond:
+            return sum(
+                1
+                for m, p, q in self.requests
+                if m == method and p == plural and (q.get("watch") == "true") == watch
+            )
+
+    def _append(self, change: _Change) -> None:
+        self._history.append(change)
+        self._revisions.append(change.resource_version)
+
+    def _wake(self, generation: int, deadline: float, position: int) -> bool:
+        """Under the lock: whether a watch stream has something to do."""
+        return (
+            self._stopping
+            or self._generation != generation
+            or time.monotonic() >= deadline
+            or (bool(self._revisions) and self._revisions[-1] > position)
+        )
+
+    def _key(self, plural: str, namespace: str, name: str) -> tuple[str, str]:
+        return (namespace if KINDS[plural].namespaced else "", name)
+
+    def _record(self, plural: str, change: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Under the lock: a new revision for ``obj``, stored (or removed) and put in the history."""
+        self._revision += 1
+        obj["metadata"]["resourceVersion"] = str(self._revision)
+        key = self._key(plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if change == "DELETED":
+            del self._objects[plural][key]
+        else:
+            self._objects[plural][key] = obj
+        self._append(_Change(self._revision, plural, change, copy.deepcopy(obj)))
+        self._cond.notify_all()
+        return copy.deepcopy(obj)
+
+    # --- HTTP -------------------------------------------------------------------------------------
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                fake._serve(self, "GET")
+
+            def do_POST(self) -> None:
+                fake._serve(self, "POST")
+
+            def do_PUT(self) -> None:
+                fake._serve(self, "PUT")
+
+        return Handler
+
+    def _parse(self, path: str) -> _Request | None:
+        url = urlparse(path)
+        parts = url.path.strip("/").split("/")
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        namespace = None
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        kind = KINDS.get(rest[0]) if rest else None
+        if kind is None or len(rest) > 2:
+            return None
+        return _Request(kind, namespace, rest[1] if len(rest) == 2 else None, query)
+
+    def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        handler.close_connection = True
+        request = self._parse(handler.path)
+        with self._cond:
+            if request is not None:
+                self.requests.append((method, request.kind.plural, request.query))
+            down = self._down
+        if down:
+            return self._reply(handler, 503, _status(503, "ServiceUnavailable", "the fake is down"))
+        if request is None:
+            return self._reply(handler, 404, _status(404, "NotFound", f"no route for {handler.path}"))
+        body = None
+        if method in ("POST", "PUT"):
+            length = int(handler.headers.get("Content-Length") or 0)
+            body = json.loads(handler.rfile.read(length))
+        if method == "GET" and request.query.get("watch") == "true":
+            with suppress(BrokenPipeError, ConnectionResetError):  # the watcher hung up first
+                self._watch(handler, request)
+            return
+        code, answer = self._crud(method, request, body)
+        self._reply(handler, code, answer)
+
+    def _crud(
+        self, method: str, request: _Request, body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        plural = request.kind.plural
+        with self._cond:
+            if method == "GET" and request.name is None:
+                items = [
+                    copy.deepcopy(o)
+                    for (ns, _), o in self._objects[plural].items()
+                    if request.namespace is None or ns == request.namespace
+                ]
+                return 200, {
+                    "kind": f"{request.kind.kind}List",
+                    "apiVersion": request.kind.api_version,
+                    "metadata": {"resourceVersion": str(self._revision)},
+                    "items": items,
+                }
+            key = self._key(
+                plural,
+                request.namespace or "",
+                (body or {}).get("metadata", {}).get("name") or request.name or "",
+            )
+            current = self._objects[plural].get(key)
+            if method == "GET":
+                if current is None:
+                    return 404, _status(404, "NotFound", f'{plural} "{key[1]}" not found')
+                return 200, copy.deepcopy(current)
+            assert body is not None
+            if method == "POST":
+                if current is not None:
+                    return 409, _status(409, "AlreadyExists", f'{plural} "{key[1]}" already exists')
+                body["metadata"].setdefault("uid", str(uuid.uuid4()))
+                return 201, self._record(plural, "ADDED", body)
+            if current is None:
+                return 404, _status(404, "NotFound", f'{plural} "{key[1]}" not found')
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                return 409, _status(
+                    409, "Conflict", "the object has been modified; please apply your changes"
+                )
+            return 200, self._record(plural, "MODIFIED", body)
+
+    def _watch(self, handler: BaseHTTPRequestHandler, request: _Request) -> None:
+        since = int(request.query.get("resourceVersion") or 0)
+        bookmarks = request.query.get("allowWatchBookmarks") == "true"
+        deadline = time.monotonic() + float(request.query.get("timeoutSeconds") or 1800)
+        with self._cond:
+            generation = self._generation
+            expired = since < self._compacted
+        gone = _status(410, "Expired", f"too old resource version: {since} ({self._compacted})")
+        if expired and self.gone_as == "status":
+            return self._reply(handler, 410, gone)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        if expired:
+            self._send(handler, [{"type": "ERROR", "object": gone}])
+            return self._end(handler)
+        position = since
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    partial(self._wake, generation, deadline, position),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
+                if self._stopping or self._generation != generation:
+                    return  # the connection breaks without the final chunk, as in a real outage
+                changes = self._history[bisect.bisect_right(self._revisions, position) :]
+                timed_out = time.monotonic() >= deadline
+                revision = self._revision
+            events = [self._event(request, c, bookmarks) for c in changes]
+            if changes:
+                position = changes[-1].resource_version
+            if timed_out and bookmarks:
+                events.append(self._bookmark(request.kind, revision))
+            self._send(handler, [e for e in events if e is not None])
+            if timed_out:
+                return self._end(handler)
+
+    def _event(self, request: _Request, change: _Change, bookmarks: bool) -> dict[str, Any] | None:
+        if change.plural is None:
+            return self._bookmark(request.kind, change.resource_version) if bookmarks else None
+        namespace = change.object["metadata"].get("namespace")
+        if change.plural != request.kind.plural or request.namespace not in (None, namespace):
+            return None
+        return {"type": change.type, "object": change.object}
+
+    @staticmethod
+    def _bookmark(kind: Kind, revision: int) -> dict[str, Any]:
+        return {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": kind.kind,
+                "apiVersion": kind.api_version,
+                "metadata": {"resourceVersion": str(revision)},
+            },
+        }
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, events: list[dict[str, Any]]) -> None:
+        if events:
+            data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            handler.wfile.flush()
+
+    @staticmethod
+    def _end(handler: BaseHTTPRequestHandler) -> None:
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+
+    @staticmethod
+    def _reply(handler: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        handler.send_response(code)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
