@@ -25,7 +25,6 @@ from schemas.models import (
     NodeEvent,
     NodeGpuAllocation,
     PodEvent,
-    Record,
     Watermark,
 )
 
@@ -100,6 +99,9 @@ class _Cluster:
         return sum(n.allocatable for n in self.nodes.values() if n.available)
 
 
+AllocationRow = ClusterGpuAllocation | NodeGpuAllocation
+
+
 class AllocationAggregator:
     """cluster_gpu_allocation and node_gpu_allocation rows from pod and node events."""
 
@@ -108,7 +110,7 @@ class AllocationAggregator:
         self.per_node = per_node
         self._clusters: dict[str, _Cluster] = {}
 
-    def process(self, event: Event) -> list[Record]:
+    def process(self, event: Event) -> list[AllocationRow]:
         """Apply a pod or node event, or close windows on a final watermark; other events pass."""
         if isinstance(event, PodEvent | NodeEvent):
             return self.apply(event)
@@ -116,11 +118,11 @@ class AllocationAggregator:
             return self.finish(event.cluster, to_ms(event.event_time))
         return []
 
-    def apply(self, event: PodEvent | NodeEvent) -> list[Record]:
+    def apply(self, event: PodEvent | NodeEvent) -> list[AllocationRow]:
         """Apply one event; returns the rows of the windows its time closed."""
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
-        rows: list[Record] = []
+        rows: list[AllocationRow] = []
         if cluster is None:
             start = self.windows.start_of(at)
             cluster = self._clusters[event.cluster] = _Cluster(event.cluster, start, at, _Series(since=start))
@@ -139,7 +141,7 @@ class AllocationAggregator:
             self._apply_node(cluster, event)
         return rows
 
-    def finish(self, cluster_name: str, at: int | None = None) -> list[Record]:
+    def finish(self, cluster_name: str, at: int | None = None) -> list[AllocationRow]:
         """Close every window up to the one holding ``at`` (default: the last instant seen)."""
         cluster = self._clusters.get(cluster_name)
         if cluster is None:
@@ -200,8 +202,8 @@ class AllocationAggregator:
             cluster.changed_in_window.add(name)
         cluster.touched.clear()
 
-    def _close_before(self, cluster: _Cluster, at: int) -> list[Record]:
-        rows: list[Record] = []
+    def _close_before(self, cluster: _Cluster, at: int) -> list[AllocationRow]:
+        rows: list[AllocationRow] = []
         size = self.windows.size_ms
         while cluster.window_start + size <= at:
             start, end = cluster.window_start, cluster.window_start + size
@@ -229,8 +231,8 @@ class AllocationAggregator:
             pods_pending_end=cluster.pending,
         )
 
-    def _node_rows(self, cluster: _Cluster, start: int, end: int) -> list[Record]:
-        rows: list[Record] = []
+    def _node_rows(self, cluster: _Cluster, start: int, end: int) -> list[AllocationRow]:
+        rows: list[AllocationRow] = []
         size = self.windows.size_ms
         for name in sorted(cluster.node_series):
             series = cluster.node_series[name]

@@ -37,10 +37,22 @@ class Stamped(Generic[T]):
 
 
 class PartitionEnds:
-    """Since when each partition has been at its end (None: data is coming); shared by merges."""
+    """Since when each partition has been at its end (None: data is coming); shared by merges.
 
-    def __init__(self, partitions: list[Partition], clock: Callable[[], float] = time.monotonic) -> None:
+    ``drained`` asks the broker whether a partition really has nothing more to read: a quiet
+    partition is passed over only when it has been at its end for a while *and* the broker
+    holds nothing we have not fetched yet, so a slow fetch never reorders events.
+    """
+
+    def __init__(
+        self,
+        partitions: list[Partition],
+        *,
+        drained: Callable[[Partition], bool] = lambda _p: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.since: dict[Partition, float | None] = dict.fromkeys(partitions)
+        self.drained = drained
         self.clock = clock
 
     def reached(self, partition: Partition) -> None:
@@ -92,7 +104,7 @@ class EventTimeMerge(Generic[T]):
         if self._buffers[partition]:
             return False
         since = self._ends.since[partition]
-        return since is None or now - since < self._idle_s
+        return since is None or now - since < self._idle_s or not self._ends.drained(partition)
 
     @property
     def buffered(self) -> int:

@@ -27,7 +27,7 @@ from pipeline.windows import TumblingWindows, to_ms
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
-from schemas.models import Event
+from schemas.models import ClusterGpuAllocation, Event
 from schemas.settings import KafkaSettings
 from schemas.topics import CLUSTER_ALLOCATION, NODE_ALLOCATION, NODES, PODS, WATERMARKS, TopicSpec, record_key
 
@@ -82,10 +82,13 @@ class AllocationWorker:
         self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
         partitions = self._partitions()
         self._last_ms: dict[tuple[str, int], int] = {}
-        self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions])
+        self._fetched: dict[tuple[str, int], int] = {}
+        """Next offset to fetch per partition."""
+        self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
         self._merges: dict[str, EventTimeMerge[Event | DecodeError]] = {}
         self._rank = {spec.name: rank for rank, spec in enumerate(INPUTS)}
         self._specs = {spec.name: spec for spec in INPUTS}
+        self._published_until = self._published_windows(kafka)
         committed = self._consumer.committed(partitions, timeout=30)
         self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
         self._positions: dict[tuple[str, int], int] = {}
@@ -94,6 +97,45 @@ class AllocationWorker:
         self._producer.begin_transaction()
         self._pending = 0
         self._cycle_started = time.monotonic()
+
+    def _published_windows(self, kafka: KafkaSettings) -> dict[str, int]:
+        """The last window start (ms) already published per cluster: never publish one twice.
+
+        Offsets alone cannot tell: after a restart the rebuilt state may close a window on a
+        different record than the first run did.
+        """
+        reader = Consumer(
+            kafka.librdkafka(
+                **{
+                    "group.id": f"{self._options.group_id}-outputs",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                }
+            )
+        )
+        metadata = reader.list_topics(CLUSTER_ALLOCATION.name, timeout=30).topics[CLUSTER_ALLOCATION.name]
+        partitions = {p: False for p in metadata.partitions}
+        reader.assign([TopicPartition(CLUSTER_ALLOCATION.name, p, OFFSET_BEGINNING) for p in partitions])
+        until: dict[str, int] = {}
+        try:
+            while not all(partitions.values()):
+                for message in reader.consume(10_000, 1.0):
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            partitions[message.partition() or 0] = True
+                        continue
+                    row = self._codec.decode(CLUSTER_ALLOCATION, message.value() or b"")
+                    start = to_ms(row.window_start)
+                    until[row.cluster] = max(start, until.get(row.cluster, start))
+        finally:
+            reader.close()
+        return until
+
+    def _drained(self, partition: tuple[str, int]) -> bool:
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=5, cached=False)
+        return bool(high <= self._fetched.get(partition, 0))
 
     def _partitions(self) -> list[TopicPartition]:
         metadata = self._consumer.list_topics(timeout=30).topics
@@ -131,12 +173,14 @@ class AllocationWorker:
         error = message.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
+                self._fetched[(topic, partition)] = message.offset() or 0
                 self._ends.reached((topic, partition))
                 return
             if error.fatal() or not error.retriable():
                 raise PipelineError(f"{topic}/{partition}: {error.str()}")
             log.warning("transient consume error: %s", error.str())
             return
+        self._fetched[(topic, partition)] = (message.offset() or 0) + 1
         record: Event | DecodeError
         try:
             record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
@@ -182,13 +226,13 @@ class AllocationWorker:
                     item.topic, item.partition, item.offset, key=item.key, value=item.value,
                     reason="late-event", detail=str(err),
                 )  # fmt: skip
+        for row in rows:
+            if to_ms(row.window_start) <= self._published_until.get(row.cluster, -1):
+                continue  # published before a restart
+            spec = CLUSTER_ALLOCATION if isinstance(row, ClusterGpuAllocation) else NODE_ALLOCATION
+            self._producer.produce(spec.name, key=record_key(spec, row), value=self._codec.encode(spec, row))
+            ROWS_OUT.labels(spec.name).inc()
         if not replaying:
-            for row in rows:
-                spec = CLUSTER_ALLOCATION if row.__class__ is CLUSTER_ALLOCATION.record else NODE_ALLOCATION
-                self._producer.produce(
-                    spec.name, key=record_key(spec, row), value=self._codec.encode(spec, row)
-                )
-                ROWS_OUT.labels(spec.name).inc()
             self._advance(item.topic, item.partition, item.offset)
 
     def _advance(self, topic: str, partition: int, offset: int) -> None:

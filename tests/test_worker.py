@@ -117,10 +117,6 @@ def test_replay_through_the_worker_gives_the_csv_rows(
     assert rows[-1].gpus_allocated_end == 0.0
 
 
-@pytest.mark.skip(
-    reason="known gap: after SIGKILL and restart every window but the last (closed by the final "
-    "watermark) was published exactly once; the last one did not arrive within 180 s. Open in issue #5."
-)
 def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     platform, codec, config_file, unique, processes
 ) -> None:
