@@ -22,12 +22,15 @@ __all__ = [
     "AVRO_ENUM_DEFAULTS",
     "EVENT_TYPES",
     "Address",
+    "Alert",
+    "AlertState",
     "ChangeType",
     "ClusterGpuAllocation",
     "ContainerEvent",
     "ContainerState",
     "DeadLetter",
     "DeviceAssignment",
+    "DeviceChange",
     "DeviceInventory",
     "DeviceKind",
     "Event",
@@ -422,6 +425,46 @@ class NodeGpuAllocation(Record):
     pods_pending_end: int = Field(default=0, description="Always 0: pending pods have no node yet.")
 
 
+# --- derived events: device changelog and alerts ----------------------------------------------
+
+
+class DeviceChange(Event):
+    """A GPU or RDMA device added to, removed from or changed on a node (from successive inventories)."""
+
+    node: str = Field(min_length=1, description="Node name.")
+    change: ChangeType = Field(description="ADDED, MODIFIED (changed) or DELETED (removed).")
+    device_kind: DeviceKind = Field(description="GPU or RDMA.")
+    device_id: str = Field(description="GpuDevice.device_id, or name/port of an RDMA port.")
+    changed: list[str] = Field(default_factory=list, description="What changed: serial, bdf, vbios, ...")
+    before: dict[str, str] = Field(default_factory=dict, description="Changed fields' old values.")
+    after: dict[str, str] = Field(default_factory=dict, description="Changed fields' new values.")
+
+
+class AlertState(StrEnum):
+    """Whether an alert starts or ends with this record."""
+
+    OPENED = "OPENED"
+    RESOLVED = "RESOLVED"
+
+
+class Alert(Event):
+    """An alert opening or resolving, in event time (GpuIdle, GpuPodPending, NodeNotReady, GpuLost)."""
+
+    alert: str = Field(description="GpuIdle, GpuPodPending, NodeNotReady or GpuLost.")
+    state: AlertState = Field(description="OPENED or RESOLVED.")
+    entity: str = Field(description="What it is about: GPU id, pod uid or node name.")
+    node: str | None = Field(default=None, description="Node concerned.")
+    gpu_id: str | None = Field(default=None, description="GPU concerned.")
+    pod_uid: str | None = Field(default=None, description="Pod concerned.")
+    pod_namespace: str | None = Field(default=None, description="Its namespace.")
+    pod_name: str | None = Field(default=None, description="Its name.")
+    since: Timestamp = Field(description="When the condition began (e.g. the first idle sample).")
+    message: str = Field(description="What happened, for people.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Details: reason, free GPUs by model, ..."
+    )
+
+
 # --- dead letters ----------------------------------------------------------------------------
 
 
@@ -441,6 +484,7 @@ class DeadLetter(Record):
 
 
 AVRO_ENUM_DEFAULTS: dict[type[StrEnum], StrEnum] = {
+    AlertState: AlertState.OPENED,
     ChangeType: ChangeType.MODIFIED,
     WorkloadStatus: WorkloadStatus.RUNNING,
     DeviceKind: DeviceKind.OTHER,

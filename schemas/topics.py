@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.models import (
+    Alert,
     ClusterGpuAllocation,
     ContainerEvent,
     DeadLetter,
+    DeviceChange,
     DeviceInventory,
     GpuSampleBatch,
     NodeEvent,
@@ -94,9 +96,21 @@ NODE_ALLOCATION = TopicSpec(
     doc="node_gpu_allocation: one row per node and window.",
 )
 
+DEVICE_CHANGELOG = TopicSpec(
+    "gpulens.changelog.devices.v1",
+    DeviceChange,
+    "node",
+    3,
+    retention_ms=365 * DAY_MS,
+    doc="GPU and RDMA devices added, removed or changed per node.",
+)
+ALERTS = TopicSpec(
+    "gpulens.alerts.v1", Alert, "entity", 3, retention_ms=90 * DAY_MS, doc="Alerts opened and resolved."
+)
+
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
-    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, DLQ),
+    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, DEVICE_CHANGELOG, ALERTS, DLQ),
 )
 
 

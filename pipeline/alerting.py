@@ -1,0 +1,342 @@
+"""Alerts as a stream, in event time: GpuIdle, GpuPodPending, NodeNotReady, GpuLost.
+
+Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about.
+
+- **GpuIdle**: a GPU held by a pod whose utilization stays under ``idle_below_pct`` for
+  ``idle_for_s``. Samples in time order; a sample is idle when below the threshold; a run of
+  idle samples starts at its first sample; the alert opens at the first sample of the run
+  whose time minus the run's start is at least the duration, and resolves at the next sample
+  that is not idle (or whose GPU no pod holds any more).
+- **GpuPodPending**: a GPU pod still unbound ``pending_for_s`` after its creation; it carries
+  the scheduler's reason and the cluster's free GPUs by model at that moment, and the most
+  free on any one node (fragmentation: free GPUs exist but no node has enough). Resolves when
+  the pod is bound or deleted.
+- **NodeNotReady**: opens when a node's Ready condition goes false, resolves when it is back
+  or the node is deleted.
+- **GpuLost**: a GPU vanished from its node's inventory; resolves if it comes back.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from pipeline.exceptions import LateEvent
+from pipeline.windows import from_ms, to_ms
+from schemas.ids import event_id
+from schemas.models import (
+    Alert,
+    AlertState,
+    ChangeType,
+    ContainerEvent,
+    DeviceInventory,
+    DeviceKind,
+    Event,
+    GpuSampleBatch,
+    NodeEvent,
+    PodEvent,
+)
+
+SOURCE = "gpulens-worker"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRules:
+    """Thresholds of the alert rules."""
+
+    idle_below_pct: float = 5.0
+    idle_for_s: float = 600.0
+    pending_for_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class _PodRef:
+    uid: str | None
+    namespace: str
+    name: str
+
+
+@dataclass(slots=True)
+class _Run:
+    start: int
+    opened: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    created: int
+    event: PodEvent
+    alerted: bool = False
+
+
+@dataclass(slots=True)
+class _NodeState:
+    allocatable: float = 0.0
+    available: bool = False
+    model: str | None = None
+    held: float = 0.0
+    not_ready_since: int | None = None
+
+
+@dataclass
+class _Cluster:
+    instant: int
+    holders: dict[str, _PodRef] = field(default_factory=dict)
+    """GPU id -> the pod holding it."""
+    containers: dict[tuple[str, str, str, str], set[str]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """uuid, BDF, serial of a GPU -> its device_id (device plugins name GPUs differently)."""
+    gpus: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """node -> GPU ids in its last inventory."""
+    runs: dict[str, _Run] = field(default_factory=dict)
+    pending: dict[str, _Pending] = field(default_factory=dict)
+    holding: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """pod uid -> (node, GPUs) of pods holding GPUs."""
+    nodes: dict[str, _NodeState] = field(default_factory=lambda: defaultdict(_NodeState))
+
+
+class AlertDetector:
+    """Turns the event streams of clusters into Alert records."""
+
+    def __init__(self, rules: AlertRules) -> None:
+        self.rules = rules
+        self._clusters: dict[str, _Cluster] = {}
+
+    def process(self, event: Event) -> list[Alert]:
+        """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
+        at = to_ms(event.event_time)
+        cluster = self._clusters.setdefault(event.cluster, _Cluster(instant=at))
+        if at < cluster.instant:
+            raise LateEvent(
+                f"{type(event).__name__} at {event.event_time.isoformat()} arrived after "
+                f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
+            )
+        cluster.instant = at
+        alerts = self._expire_pending(cluster, at)
+        if isinstance(event, GpuSampleBatch):
+            alerts += self._samples(cluster, event)
+        elif isinstance(event, ContainerEvent):
+            self._container(cluster, event)
+        elif isinstance(event, DeviceInventory):
+            alerts += self._inventory(cluster, event)
+        elif isinstance(event, NodeEvent):
+            alerts += self._node(cluster, event)
+        elif isinstance(event, PodEvent):
+            alerts += self._pod(cluster, event)
+        return alerts
+
+    # --- GpuIdle ------------------------------------------------------------------------------
+
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch) -> list[Alert]:
+        alerts = []
+        at = to_ms(batch.event_time)
+        threshold_ms = self.rules.idle_for_s * 1000
+        for sample in batch.samples:
+            gpu = cluster.aliases.get(sample.device_id, sample.device_id)
+            holder = cluster.holders.get(gpu)
+            idle = (
+                holder is not None
+                and sample.utilization_pct is not None
+                and sample.utilization_pct < self.rules.idle_below_pct
+            )
+            run = cluster.runs.get(gpu)
+            if not idle:
+                if run is not None and run.opened:
+                    alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.RESOLVED, at))
+                cluster.runs.pop(gpu, None)
+                continue
+            if run is None:
+                run = cluster.runs[gpu] = _Run(start=at)
+            if not run.opened and at - run.start >= threshold_ms:
+                run.opened = True
+                alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.OPENED, at))
+        return alerts
+
+    def _gpu_idle(
+        self, batch: GpuSampleBatch, gpu: str, holder: _PodRef | None, run: _Run, state: AlertState, at: int
+    ) -> Alert:
+        minutes = (at - run.start) / 60_000
+        return Alert(
+            event_id=event_id(batch.cluster, "GpuIdle", gpu, run.start, state.value),
+            cluster=batch.cluster,
+            event_time=from_ms(at),
+            source=SOURCE,
+            alert="GpuIdle",
+            state=state,
+            entity=gpu,
+            node=batch.node,
+            gpu_id=gpu,
+            pod_uid=holder.uid if holder else None,
+            pod_namespace=holder.namespace if holder else None,
+            pod_name=holder.name if holder else None,
+            since=from_ms(run.start),
+            message=(
+                f"GPU {gpu} on {batch.node} under {self.rules.idle_below_pct:g}% for {minutes:.0f} min"
+                if state is AlertState.OPENED
+                else f"GPU {gpu} on {batch.node} busy again after {minutes:.0f} min idle"
+            ),
+            labels={
+                "threshold_pct": f"{self.rules.idle_below_pct:g}",
+                "duration_s": f"{self.rules.idle_for_s:g}",
+            },
+        )
+
+    def _container(self, cluster: _Cluster, event: ContainerEvent) -> None:
+        key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
+        for gpu in cluster.containers.pop(key, set()):
+            cluster.holders.pop(gpu, None)
+        if event.type == ChangeType.DELETED:
+            return
+        gpus = {
+            cluster.aliases.get(d.device_id, d.device_id) for d in event.devices if d.kind == DeviceKind.GPU
+        }
+        cluster.containers[key] = gpus
+        holder = _PodRef(event.pod_uid, event.pod_namespace, event.pod_name)
+        for gpu in gpus:
+            cluster.holders[gpu] = holder
+
+    # --- GpuLost ------------------------------------------------------------------------------
+
+    def _inventory(self, cluster: _Cluster, inventory: DeviceInventory) -> list[Alert]:
+        for gpu in inventory.gpus:
+            for alias in (gpu.uuid, gpu.bdf, gpu.serial):
+                if alias:
+                    cluster.aliases[alias] = gpu.device_id
+        now = {gpu.device_id for gpu in inventory.gpus}
+        before = cluster.gpus.get(inventory.node)
+        cluster.gpus[inventory.node] = now
+        if before is None:
+            return []
+        return [
+            *(self._gpu_lost(inventory, gpu, AlertState.OPENED) for gpu in sorted(before - now)),
+            *(self._gpu_lost(inventory, gpu, AlertState.RESOLVED) for gpu in sorted(now - before)),
+        ]
+
+    def _gpu_lost(self, inventory: DeviceInventory, gpu: str, state: AlertState) -> Alert:
+        return Alert(
+            event_id=event_id(inventory.cluster, "GpuLost", gpu, inventory.event_id, state.value),
+            cluster=inventory.cluster,
+            event_time=inventory.event_time,
+            source=SOURCE,
+            alert="GpuLost",
+            state=state,
+            entity=gpu,
+            node=inventory.node,
+            gpu_id=gpu,
+            since=inventory.event_time,
+            message=(
+                f"GPU {gpu} vanished from the inventory of {inventory.node}"
+                if state is AlertState.OPENED
+                else f"GPU {gpu} is back in the inventory of {inventory.node}"
+            ),
+        )
+
+    # --- NodeNotReady -------------------------------------------------------------------------
+
+    def _node(self, cluster: _Cluster, event: NodeEvent) -> list[Alert]:
+        node = cluster.nodes[event.node]
+        deleted = event.type == ChangeType.DELETED
+        node.allocatable = 0.0 if deleted else event.gpus_allocatable
+        node.available = not deleted and event.ready and event.schedulable
+        node.model = event.gpu_model or node.model
+        at = to_ms(event.event_time)
+        if not deleted and not event.ready and node.not_ready_since is None:
+            node.not_ready_since = at
+            return [self._node_alert(event, at, AlertState.OPENED)]
+        if (deleted or event.ready) and node.not_ready_since is not None:
+            since, node.not_ready_since = node.not_ready_since, None
+            return [self._node_alert(event, since, AlertState.RESOLVED)]
+        return []
+
+    def _node_alert(self, event: NodeEvent, since: int, state: AlertState) -> Alert:
+        return Alert(
+            event_id=event_id(event.cluster, "NodeNotReady", event.node, since, state.value),
+            cluster=event.cluster,
+            event_time=event.event_time,
+            source=SOURCE,
+            alert="NodeNotReady",
+            state=state,
+            entity=event.node,
+            node=event.node,
+            since=from_ms(since),
+            message=f"node {event.node} is {'not ready' if state is AlertState.OPENED else 'ready again'}",
+        )
+
+    # --- GpuPodPending ------------------------------------------------------------------------
+
+    def _pod(self, cluster: _Cluster, event: PodEvent) -> list[Alert]:
+        previous = cluster.holding.pop(event.uid, None)
+        if previous is not None:
+            cluster.nodes[previous[0]].held -= previous[1]
+        if event.holds_gpus and event.node is not None:
+            cluster.holding[event.uid] = (event.node, event.gpu_amount)
+            cluster.nodes[event.node].held += event.gpu_amount
+        waiting = event.type != ChangeType.DELETED and event.node is None and event.gpu_amount > 0
+        pending = cluster.pending.get(event.uid)
+        if waiting:
+            if pending is None:
+                cluster.pending[event.uid] = _Pending(to_ms(event.creation_time), event)
+            else:
+                pending.event = event  # keep the scheduler's latest reason
+            return []
+        if pending is None:
+            return []
+        del cluster.pending[event.uid]
+        if not pending.alerted:
+            return []
+        outcome = "deleted" if event.type == ChangeType.DELETED else f"bound to {event.node}"
+        return [self._pending_alert(cluster, pending, to_ms(event.event_time), AlertState.RESOLVED, outcome)]
+
+    def _expire_pending(self, cluster: _Cluster, at: int) -> list[Alert]:
+        due_ms = self.rules.pending_for_s * 1000
+        alerts = []
+        for pending in sorted(cluster.pending.values(), key=lambda p: (p.created, p.event.uid)):
+            if not pending.alerted and at - pending.created >= due_ms:
+                pending.alerted = True
+                alerts.append(
+                    self._pending_alert(
+                        cluster, pending, pending.created + round(due_ms), AlertState.OPENED, ""
+                    )
+                )
+        return alerts
+
+    def _pending_alert(
+        self, cluster: _Cluster, pending: _Pending, at: int, state: AlertState, outcome: str
+    ) -> Alert:
+        pod = pending.event
+        labels = {"gpus_requested": f"{pod.gpu_amount:g}"}
+        if pod.unschedulable_reason:
+            labels["reason"] = pod.unschedulable_reason
+        if state is AlertState.OPENED:
+            free: dict[str, float] = defaultdict(float)
+            most: dict[str, float] = defaultdict(float)
+            for node in cluster.nodes.values():
+                if node.available:
+                    spare = max(node.allocatable - node.held, 0.0)
+                    free[node.model or "unknown"] += spare
+                    most[node.model or "unknown"] = max(most[node.model or "unknown"], spare)
+            labels |= {f"free_gpus.{m}": f"{v:g}" for m, v in sorted(free.items())}
+            labels |= {f"max_free_on_one_node.{m}": f"{v:g}" for m, v in sorted(most.items())}
+        waited = timedelta(milliseconds=at - pending.created)
+        message = (
+            f"GPU pod {pod.namespace}/{pod.name} pending for {waited}"
+            + (f": {pod.unschedulable_message}" if pod.unschedulable_message else "")
+            if state is AlertState.OPENED
+            else f"GPU pod {pod.namespace}/{pod.name} {outcome} after {waited} pending"
+        )
+        return Alert(
+            event_id=event_id(pod.cluster, "GpuPodPending", pod.uid, state.value),
+            cluster=pod.cluster,
+            event_time=from_ms(at),
+            source=SOURCE,
+            alert="GpuPodPending",
+            state=state,
+            entity=pod.uid,
+            pod_uid=pod.uid,
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            since=from_ms(pending.created),
+            message=message,
+            labels=labels,
+        )
