@@ -10,7 +10,9 @@ import click
 
 from gpulens.cli_context import Context, pass_context
 from gpulens.commands_agent import agent
+from gpulens.commands_gateway import gateway
 from gpulens.commands_replay import replay
+from gpulens.commands_sink import db, sink
 from gpulens.commands_watch import watch
 from gpulens.commands_worker import worker
 from gpulens.platform import ORDER, manager, service_specs
@@ -292,8 +294,11 @@ def sql(context: Context, query: str, fmt: str) -> None:
 
 cli.add_command(replay)
 cli.add_command(agent)
+cli.add_command(gateway)
 cli.add_command(worker)
 cli.add_command(watch)
+cli.add_command(sink)
+cli.add_command(db)
 
 
 def main() -> None:

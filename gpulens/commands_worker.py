@@ -1,4 +1,4 @@
-"""`gpulens worker`: the stream processors (windowed GPU allocation, per cluster and node)."""
+"""`gpulens worker`: the stream processors (GPU allocation windows, alerts, device changelog)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import click
 
 from gpulens.cli_context import Context, pass_context
 
+PROCESSORS = ("allocation", "alerts", "changelog")
+
 
 @click.command()
 @click.option(
@@ -18,7 +20,7 @@ from gpulens.cli_context import Context, pass_context
     type=click.IntRange(min=1),
     default=30,
     show_default=True,
-    help="Tumbling window size, seconds (epoch-aligned, half-open).",
+    help="Allocation window size, seconds (tumbling, epoch-aligned, half-open).",
 )
 @click.option(
     "--nodes/--no-nodes",
@@ -28,11 +30,38 @@ from gpulens.cli_context import Context, pass_context
     help="Also write node_gpu_allocation rows.",
 )
 @click.option(
+    "--processors",
+    default=",".join(PROCESSORS),
+    show_default=True,
+    help="Which processors to run, comma-separated.",
+)
+@click.option(
+    "--idle-below",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="GpuIdle: utilization threshold, percent.",
+)
+@click.option(
+    "--idle-for",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    help="GpuIdle: how long under the threshold, seconds.",
+)
+@click.option(
+    "--pending-for",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="GpuPodPending: how long unbound, seconds.",
+)
+@click.option(
     "--group",
     "group_id",
-    default="gpulens-allocation",
+    default="gpulens-worker",
     show_default=True,
-    help="Consumer group and transactional id prefix; one worker per group.",
+    help="Consumer group and transactional id; one worker per group and outputs.",
 )
 @click.option(
     "--idle-ms",
@@ -42,16 +71,44 @@ from gpulens.cli_context import Context, pass_context
     help="How long a quiet input partition may hold the others back (event-time merge).",
 )
 @pass_context
-def worker(context: Context, window_s: int, per_node: bool, group_id: str, idle_ms: int) -> None:
-    """Aggregate pod and node events into cluster_gpu_allocation and node_gpu_allocation.
+def worker(
+    context: Context,
+    window_s: int,
+    per_node: bool,
+    processors: str,
+    idle_below: float,
+    idle_for: float,
+    pending_for: float,
+    group_id: str,
+    idle_ms: int,
+) -> None:
+    """Turn event topics into allocation windows, alerts and the device changelog.
 
-    Reads gpulens.pods.v1, gpulens.nodes.v1 and gpulens.watermarks.v1 in event-time order and
-    writes gpulens.agg.cluster-gpu-allocation.v1 and gpulens.agg.node-gpu-allocation.v1, one
-    Kafka transaction per cycle (exactly once, also across kill -9). Stops on SIGTERM/Ctrl-C.
+    Reads the node, pod, inventory, container, sample and watermark topics in event-time
+    order per cluster; writes gpulens.agg.*-gpu-allocation.v1, gpulens.alerts.v1 and
+    gpulens.changelog.devices.v1, one Kafka transaction per cycle (exactly once, also across
+    kill -9). A replay's final watermark closes every open window. Stops on SIGTERM/Ctrl-C.
     """
-    from pipeline.running import AllocationWorker, WorkerOptions
+    from pipeline.alerting import AlertRules
+    from pipeline.operators import AlertOperator, AllocationOperator, DeviceChangelogOperator, Operator
+    from pipeline.running import StreamWorker, WorkerOptions
+    from pipeline.windows import TumblingWindows
     from schemas.codec import AvroCodec, registry_client
     from schemas.topic_admin import create_topics
+
+    chosen = [p.strip() for p in processors.split(",") if p.strip()]
+    unknown = sorted(set(chosen) - set(PROCESSORS))
+    if unknown or not chosen:
+        raise click.BadParameter(
+            f"choose from {', '.join(PROCESSORS)} (got {processors!r})", param_hint="--processors"
+        )
+    operators: list[Operator] = []
+    if "allocation" in chosen:
+        operators.append(AllocationOperator(TumblingWindows(window_s * 1000), per_node=per_node))
+    if "alerts" in chosen:
+        operators.append(AlertOperator(AlertRules(idle_below, idle_for, pending_for)))
+    if "changelog" in chosen:
+        operators.append(DeviceChangelogOperator())
 
     settings = context.settings
     create_topics(settings.kafka)
@@ -62,8 +119,10 @@ def worker(context: Context, window_s: int, per_node: bool, group_id: str, idle_
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    options = WorkerOptions(group_id=group_id, window_ms=window_s * 1000, per_node=per_node, idle_ms=idle_ms)
     click.echo(
-        f"worker {group_id}: {window_s} s windows, reading {settings.kafka.bootstrap_servers}", err=True
+        f"worker {group_id}: {', '.join(chosen)}; reading {settings.kafka.bootstrap_servers}", err=True
     )
-    AllocationWorker(settings.kafka, AvroCodec(registry_client(settings.registry.url)), options).run(stop)
+    codec = AvroCodec(registry_client(settings.registry.url))
+    StreamWorker(settings.kafka, codec, operators, WorkerOptions(group_id=group_id, idle_ms=idle_ms)).run(
+        stop
+    )

@@ -19,9 +19,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from consumers.clickhouse.settings import ClickHouseSettings
+from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from infra.settings import PlatformSettings
 from producers.agent.settings import AgentSettings
+from producers.gateway.settings import GatewaySettings
 from producers.kubernetes.settings import WatcherSettings
 from schemas.exceptions import ConfigError
 from schemas.settings import KafkaSettings, RegistrySettings
@@ -42,9 +43,11 @@ class GPULensSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
+    sink: SinkSettings = Field(default_factory=SinkSettings)
     platform: PlatformSettings = Field(default_factory=PlatformSettings)
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
 
     @classmethod
     def settings_customise_sources(

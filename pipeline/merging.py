@@ -52,8 +52,22 @@ class PartitionEnds:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.since: dict[Partition, float | None] = dict.fromkeys(partitions)
-        self.drained = drained
+        self._ask_broker = drained
+        self._confirmed: dict[Partition, float] = {}
         self.clock = clock
+
+    def drained(self, partition: Partition) -> bool:
+        """The broker holds nothing unread on ``partition`` (a yes is trusted for 250 ms).
+
+        Asking costs a round trip; a quiet partition is asked on every release otherwise.
+        """
+        now = self.clock()
+        if now - self._confirmed.get(partition, -1.0) < 0.25:
+            return True
+        if self._ask_broker(partition):
+            self._confirmed[partition] = now
+            return True
+        return False
 
     def reached(self, partition: Partition) -> None:
         """The partition has nothing more right now."""
@@ -63,6 +77,7 @@ class PartitionEnds:
     def received(self, partition: Partition) -> None:
         """The partition delivered a record: it is not at its end."""
         self.since[partition] = None
+        self._confirmed.pop(partition, None)
 
 
 class EventTimeMerge(Generic[T]):

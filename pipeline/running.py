@@ -1,4 +1,4 @@
-"""The allocation worker: pod, node and watermark topics in, allocation rows out, exactly once.
+"""The stream worker: runs operators over the event topics in event time, exactly once.
 
 Every cycle is one Kafka transaction holding the rows produced, the dead letters and the
 input offsets, so a crash (even SIGKILL) leaves either all of a cycle or none of it.
@@ -7,7 +7,8 @@ suppressed up to the committed offsets: events are the truth, state is derived. 
 bounds history by the input topics' retention; a state changelog would lift that.)
 
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
-cluster. Scale-out is by cluster (one worker per set of clusters), not by partition.
+cluster. Scale-out is by cluster (one worker per set of clusters), not by partition. One
+worker group per output topic: two groups writing the same outputs would both publish.
 """
 
 from __future__ import annotations
@@ -20,21 +21,18 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
-from pipeline.allocation import AllocationAggregator
 from pipeline.exceptions import LateEvent, PipelineError
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
-from pipeline.windows import TumblingWindows, to_ms
+from pipeline.operators import INPUT_ORDER, Operator
+from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
-from schemas.models import ClusterGpuAllocation, Event
+from schemas.models import Event
 from schemas.settings import KafkaSettings
-from schemas.topics import CLUSTER_ALLOCATION, NODE_ALLOCATION, NODES, PODS, WATERMARKS, TopicSpec, record_key
+from schemas.topics import TopicSpec, record_key
 
 log = logging.getLogger(__name__)
-
-INPUTS: tuple[TopicSpec, ...] = (NODES, PODS, WATERMARKS)
-"""In this order at one instant: nodes, then pods, then watermarks."""
 
 RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
 ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
@@ -46,9 +44,7 @@ WAITING = Gauge("gpulens_worker_buffered_records", "Records waiting for a slower
 class WorkerOptions:
     """How the worker runs."""
 
-    group_id: str = "gpulens-allocation"
-    window_ms: int = 30_000
-    per_node: bool = True
+    group_id: str = "gpulens-worker"
     idle_ms: int = 3_000
     """How long a partition at its end may stay quiet before the others go on without it."""
     cycle_s: float = 1.0
@@ -56,13 +52,18 @@ class WorkerOptions:
     cycle_records: int = 20_000
 
 
-class AllocationWorker:
-    """Runs :class:`AllocationAggregator` over the topics, one transaction per cycle."""
+class StreamWorker:
+    """Runs operators over their input topics, one transaction per cycle."""
 
-    def __init__(self, kafka: KafkaSettings, codec: AvroCodec, options: WorkerOptions) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, codec: AvroCodec, operators: list[Operator], options: WorkerOptions
+    ) -> None:
         self._codec = codec
         self._options = options
-        self._aggregator = AllocationAggregator(TumblingWindows(options.window_ms), per_node=options.per_node)
+        self._operators = operators
+        wanted = {spec.name for op in operators for spec in op.inputs}
+        self._inputs = tuple(spec for spec in INPUT_ORDER if spec.name in wanted)
+        self._routes = {spec.name: [op for op in operators if spec in op.inputs] for spec in self._inputs}
         self._consumer = Consumer(
             kafka.librdkafka(
                 **{
@@ -86,9 +87,9 @@ class AllocationWorker:
         """Next offset to fetch per partition."""
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
         self._merges: dict[str, EventTimeMerge[Event | DecodeError]] = {}
-        self._rank = {spec.name: rank for rank, spec in enumerate(INPUTS)}
-        self._specs = {spec.name: spec for spec in INPUTS}
-        self._published_until = self._published_windows(kafka)
+        self._rank = {spec.name: rank for rank, spec in enumerate(self._inputs)}
+        self._specs = {spec.name: spec for spec in self._inputs}
+        self._restore(kafka)
         committed = self._consumer.committed(partitions, timeout=30)
         self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
         self._positions: dict[tuple[str, int], int] = {}
@@ -98,40 +99,39 @@ class AllocationWorker:
         self._pending = 0
         self._cycle_started = time.monotonic()
 
-    def _published_windows(self, kafka: KafkaSettings) -> dict[str, int]:
-        """The last window start (ms) already published per cluster: never publish one twice.
+    def _restore(self, kafka: KafkaSettings) -> None:
+        """Tell each operator what it already published (read back, committed only)."""
+        for operator in self._operators:
+            for spec in operator.restore_from:
+                for row in self._read_all(kafka, spec):
+                    operator.remember(row)
 
-        Offsets alone cannot tell: after a restart the rebuilt state may close a window on a
-        different record than the first run did.
-        """
+    def _read_all(self, kafka: KafkaSettings, spec: TopicSpec) -> list[Event]:
         reader = Consumer(
             kafka.librdkafka(
                 **{
-                    "group.id": f"{self._options.group_id}-outputs",
+                    "group.id": f"{self._options.group_id}-restore",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
                 }
             )
         )
-        metadata = reader.list_topics(CLUSTER_ALLOCATION.name, timeout=30).topics[CLUSTER_ALLOCATION.name]
-        partitions = {p: False for p in metadata.partitions}
-        reader.assign([TopicPartition(CLUSTER_ALLOCATION.name, p, OFFSET_BEGINNING) for p in partitions])
-        until: dict[str, int] = {}
+        metadata = reader.list_topics(spec.name, timeout=30).topics[spec.name]
+        done = dict.fromkeys(metadata.partitions, False)
+        reader.assign([TopicPartition(spec.name, p, OFFSET_BEGINNING) for p in done])
+        rows = []
         try:
-            while not all(partitions.values()):
+            while not all(done.values()):
                 for message in reader.consume(10_000, 1.0):
                     error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            partitions[message.partition() or 0] = True
-                        continue
-                    row = self._codec.decode(CLUSTER_ALLOCATION, message.value() or b"")
-                    start = to_ms(row.window_start)
-                    until[row.cluster] = max(start, until.get(row.cluster, start))
+                    if error is None:
+                        rows.append(self._codec.decode(spec, message.value() or b""))
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        done[message.partition() or 0] = True
         finally:
             reader.close()
-        return until
+        return rows  # type: ignore[return-value]
 
     def _drained(self, partition: tuple[str, int]) -> bool:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=5, cached=False)
@@ -139,11 +139,13 @@ class AllocationWorker:
 
     def _partitions(self) -> list[TopicPartition]:
         metadata = self._consumer.list_topics(timeout=30).topics
-        missing = [spec.name for spec in INPUTS if spec.name not in metadata]
+        missing = [spec.name for spec in self._inputs if spec.name not in metadata]
         if missing:
             raise PipelineError(f"input topics missing: {', '.join(missing)}; run `gpulens topics create`")
         return [
-            TopicPartition(spec.name, p) for spec in INPUTS for p in sorted(metadata[spec.name].partitions)
+            TopicPartition(spec.name, p)
+            for spec in self._inputs
+            for p in sorted(metadata[spec.name].partitions)
         ]
 
     def run(self, stop: threading.Event) -> None:
@@ -216,22 +218,27 @@ class AllocationWorker:
                                reason=record.reason.value, detail=record.detail)  # fmt: skip
                 self._advance(item.topic, item.partition, item.offset)
             return
-        try:
-            rows = self._aggregator.process(record)
-        except LateEvent as err:
+        late: LateEvent | None = None
+        for operator in self._routes[item.topic]:
+            try:
+                rows = operator.process(record)
+            except LateEvent as err:
+                late, rows = err, []
+            for row in rows:
+                if operator.published(row):
+                    continue  # published before a restart
+                spec = operator.output(row)
+                self._producer.produce(
+                    spec.name, key=record_key(spec, row), value=self._codec.encode(spec, row)
+                )
+                ROWS_OUT.labels(spec.name).inc()
+        if late is not None:
             LATE.inc()
-            rows = []
             if not replaying:
                 self._dlq.send(
                     item.topic, item.partition, item.offset, key=item.key, value=item.value,
-                    reason="late-event", detail=str(err),
+                    reason="late-event", detail=str(late),
                 )  # fmt: skip
-        for row in rows:
-            if to_ms(row.window_start) <= self._published_until.get(row.cluster, -1):
-                continue  # published before a restart
-            spec = CLUSTER_ALLOCATION if isinstance(row, ClusterGpuAllocation) else NODE_ALLOCATION
-            self._producer.produce(spec.name, key=record_key(spec, row), value=self._codec.encode(spec, row))
-            ROWS_OUT.labels(spec.name).inc()
         if not replaying:
             self._advance(item.topic, item.partition, item.offset)
 

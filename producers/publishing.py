@@ -1,7 +1,13 @@
-"""Publishing events to their catalog topics: Avro-encoded, keyed by entity, idempotent."""
+"""Publishing events to their catalog topics: Avro-encoded, keyed by entity, idempotent.
+
+:class:`BasePublisher` is the contract a sender relies on (encode, queue bytes with a delivery
+callback, serve callbacks, flush or purge, close); :class:`EventPublisher` fulfils it straight
+to Kafka, ``producers.gateway.GatewayPublisher`` through the ingest gateway.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -12,19 +18,58 @@ from schemas.models import Event
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec, record_key
 
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
-"""librdkafka's answer about one record: no error once the broker acknowledged it."""
+DeliveryCallback = Callable[[KafkaError | None, Message | None], None]
+"""The answer about one record: no error once the broker acknowledged it (librdkafka passes its
+``Message``; the gateway client passes ``None``)."""
 
 
 class PublishError(GPULensError):
     """The broker did not take a record (after librdkafka's own retries)."""
 
 
-class EventPublisher:
+class BasePublisher(ABC):
+    """Queues encoded events for the broker; delivery callbacks run inside :meth:`poll` (and the
+    other methods), on the caller's thread."""
+
+    def __init__(self, codec: AvroCodec) -> None:
+        self._codec = codec
+
+    def encode(self, topic: TopicSpec, event: Event) -> tuple[bytes, bytes]:
+        """The key and value bytes ``event`` is published with on ``topic``."""
+        return record_key(topic, event), self._codec.encode(topic, event)
+
+    def publish(self, topic: TopicSpec, event: Event) -> None:
+        """Queue ``event`` on ``topic`` (keyed by its entity); blocks while the queue is full."""
+        key, value = self.encode(topic, event)
+        self.produce(topic.name, key, value)
+
+    @abstractmethod
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
+    ) -> None:
+        """Queue encoded bytes; ``on_delivery`` hears the broker's answer (default: :meth:`flush` raises)."""
+
+    @abstractmethod
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve delivery callbacks, waiting up to ``timeout`` seconds for one."""
+
+    @abstractmethod
+    def purge(self) -> None:
+        """Give up on every queued and in-flight record: their callbacks get an error."""
+
+    @abstractmethod
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait until every queued record is acknowledged; :class:`PublishError` otherwise."""
+
+    def close(self) -> None:  # noqa: B027 - a publisher without connections of its own has nothing to do
+        """Release connections and threads; queued records are not waited for (flush first)."""
+
+
+class EventPublisher(BasePublisher):
     """Produces events with an idempotent producer; :meth:`flush` raises if any was refused."""
 
     def __init__(self, kafka: KafkaSettings, codec: AvroCodec, **overrides: object) -> None:
-        self._codec = codec
+        super().__init__(codec)
         self._producer = Producer(
             kafka.librdkafka(
                 **{
@@ -38,15 +83,6 @@ class EventPublisher:
         )
         self._failures: list[str] = []
         self.published = 0
-
-    def encode(self, topic: TopicSpec, event: Event) -> tuple[bytes, bytes]:
-        """The key and value bytes ``event`` is published with on ``topic``."""
-        return record_key(topic, event), self._codec.encode(topic, event)
-
-    def publish(self, topic: TopicSpec, event: Event) -> None:
-        """Queue ``event`` on ``topic`` (keyed by its entity); blocks while the queue is full."""
-        key, value = self.encode(topic, event)
-        self.produce(topic.name, key, value)
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
@@ -72,7 +108,7 @@ class EventPublisher:
         self._producer.purge()
         self._producer.poll(0)
 
-    def _delivered(self, err: KafkaError | None, _message: object) -> None:
+    def _delivered(self, err: KafkaError | None, _message: Message | None) -> None:
         if err is not None:
             self._failures.append(err.str())
 

@@ -11,13 +11,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from alert_oracle import idle_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
 
+from producers.replay import genai_duty
 from producers.replay.locating import traces_dir
 from schemas.codec import AvroCodec
-from schemas.models import ClusterGpuAllocation
-from schemas.topics import CLUSTER_ALLOCATION
+from schemas.models import Alert, ClusterGpuAllocation
+from schemas.topics import ALERTS, CLUSTER_ALLOCATION
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
@@ -36,7 +38,17 @@ def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> s
 
 def start_worker(config: Path, group: str) -> subprocess.Popen[bytes]:
     command = gpulens(
-        config, "worker", "--window", "3600", "--no-nodes", "--group", group, "--idle-ms", "3000"
+        config,
+        "worker",
+        "--window",
+        "3600",
+        "--no-nodes",
+        "--processors",
+        "allocation",
+        "--group",
+        group,
+        "--idle-ms",
+        "3000",
     )
     return spawn(command, config.parent / f"worker-{group}.log")
 
@@ -136,3 +148,47 @@ def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     finally:
         reader.close()
     assert_rows_equal_the_csv(rows)
+
+
+def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
+    platform, codec, config_file, unique, processes
+):
+    cluster = f"idle-{unique}"
+    expected = idle_alerts_from_csv(5.0, 600.0)
+    command = gpulens(
+        config_file, "worker", "--processors", "alerts", "--group", f"a-{unique}", "--idle-ms", "3000"
+    )
+    processes.append(spawn(command, config_file.parent / f"worker-a-{unique}.log"))
+    replaying = gpulens(config_file, "replay", "genai-duty")
+    processes.append(
+        spawn(
+            replaying,
+            config_file.parent / f"replay-{cluster}.log",
+            env={**os.environ, "GPULENS_CLUSTER": cluster},
+        )
+    )
+    consumer = Consumer(
+        platform.kafka.librdkafka(**{"group.id": f"alerts-{cluster}", "isolation.level": "read_committed"})
+    )
+    consumer.assign([TopicPartition(ALERTS.name, p, 0) for p in range(ALERTS.partitions)])
+    alerts: list[Alert] = []
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and len([a for a in alerts if a.alert == "GpuIdle"]) < len(
+            expected
+        ):
+            for message in consumer.consume(1000, 0.5):
+                if message.error() is None:
+                    alert = codec.decode(ALERTS, message.value())
+                    if alert.cluster == cluster:
+                        alerts.append(alert)
+    finally:
+        consumer.close()
+    pod_of_gpu = {genai_duty.gpu_id(pod): pod for pod, _, _ in expected}
+    published = {
+        (pod_of_gpu[a.gpu_id], a.state.value, a.event_time.timestamp())
+        for a in alerts
+        if a.alert == "GpuIdle"
+    }
+    assert published == expected
+    assert len(alerts) == len(published)

@@ -29,3 +29,30 @@ class ClickHouseSettings(BaseModel):
     )
     http_host: str = Field(default="127.0.0.1", description="Address the embedded engine's endpoint binds.")
     http_port: int = Field(default=18123, ge=1, le=65535, description="Port of that endpoint.")
+
+
+class SinkSettings(BaseModel):
+    """How the ClickHouse sink batches, retries and keeps GPU samples."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batch_rows: int = Field(
+        default=100_000,
+        ge=1,
+        description="Write a batch once it holds this many rows (over all tables): few large inserts.",
+    )
+    batch_seconds: float = Field(
+        default=2.0, gt=0, description="Write a batch at the latest this long after its first record."
+    )
+    retry_backoff_s: tuple[float, ...] = Field(
+        default=(0.2, 0.5, 1.0, 2.0, 5.0),
+        min_length=1,
+        description=(
+            "Delays between attempts while ClickHouse is unreachable or busy; the last one repeats "
+            "until it answers or the sink is stopped (offsets stay uncommitted meanwhile)."
+        ),
+    )
+    samples_ttl_days: int = Field(
+        default=30, ge=1, description="Days gpu_samples rows are kept (the table's TTL, applied by migrate)."
+    )
+    group_id: str = Field(default="gpulens-clickhouse-sink", min_length=1, description="Consumer group.")

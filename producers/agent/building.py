@@ -17,7 +17,8 @@ from producers.agent.running import NodeAgent, utcnow
 from producers.agent.sending import SpoolingSender
 from producers.agent.settings import AgentSettings
 from producers.agent.spooling import Spool
-from producers.publishing import EventPublisher
+from producers.gateway.publishing import GatewayPublisher
+from producers.publishing import BasePublisher, EventPublisher
 from schemas.codec import AvroCodec
 from schemas.settings import KafkaSettings
 
@@ -50,11 +51,16 @@ def build_agent(
     metrics: AgentMetrics | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> NodeAgent:
-    """An agent whose records go to ``kafka``, through the spool in ``settings.spool_dir`` when needed."""
+    """An agent whose records go to ``kafka`` (or the gateway, by ``settings.transport``), through
+    the spool in ``settings.spool_dir`` when needed."""
     metrics = metrics or AgentMetrics()
-    publisher = EventPublisher(
-        kafka, codec, **{"message.timeout.ms": int(settings.delivery_timeout_s * 1000)}
-    )
+    publisher: BasePublisher
+    if settings.transport == "gateway":
+        publisher = GatewayPublisher(settings.gateway, codec, delivery_timeout_s=settings.delivery_timeout_s)
+    else:
+        publisher = EventPublisher(
+            kafka, codec, **{"message.timeout.ms": int(settings.delivery_timeout_s * 1000)}
+        )
     spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
     sender = SpoolingSender(publisher, spool, metrics, drain_batch=settings.drain_batch)
     return NodeAgent(

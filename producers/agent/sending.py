@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, Message
 
 from producers.agent.metrics import AgentMetrics
 from producers.agent.spooling import Spool, SpooledRecord
-from producers.publishing import EventPublisher
+from producers.publishing import BasePublisher
 from schemas.models import Event
 from schemas.topics import GPU_SAMPLES, TopicSpec
 
@@ -29,7 +29,7 @@ class SpoolingSender:
     """Produces records straight to Kafka while it answers, through the spool while it does not."""
 
     def __init__(
-        self, publisher: EventPublisher, spool: Spool, metrics: AgentMetrics, *, drain_batch: int = 1000
+        self, publisher: BasePublisher, spool: Spool, metrics: AgentMetrics, *, drain_batch: int = 1000
     ) -> None:
         self._publisher = publisher
         self._spool = spool
@@ -70,7 +70,8 @@ class SpoolingSender:
             self._produce(record, spooled=True)
 
     def close(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for deliveries; spool whatever is still in flight, close the spool."""
+        """Wait up to ``timeout_s`` for deliveries; spool whatever is still in flight, close the
+        spool and the publisher."""
         deadline = time.monotonic() + timeout_s
         while self._in_flight and time.monotonic() < deadline:
             self._publisher.poll(0.05)
@@ -80,6 +81,7 @@ class SpoolingSender:
             while self._in_flight and time.monotonic() < purge_deadline:
                 self._publisher.poll(0.05)
         self._spool.close()
+        self._publisher.close()
 
     def _produce(self, record: SpooledRecord, *, spooled: bool) -> None:
         self._in_flight += 1
@@ -87,7 +89,9 @@ class SpoolingSender:
             record.topic, record.key, record.value, on_delivery=partial(self._delivered, record, spooled)
         )
 
-    def _delivered(self, record: SpooledRecord, spooled: bool, err: KafkaError | None, _msg: Message) -> None:
+    def _delivered(
+        self, record: SpooledRecord, spooled: bool, err: KafkaError | None, _msg: Message | None
+    ) -> None:
         self._in_flight -= 1
         if err is None:
             self._metrics.records_published.labels(record.topic).inc()

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from producers.gateway.settings import GatewayClientSettings
+
 CollectorName = Literal["amd", "nvidia", "rdma", "pod-resources"]
 
 
@@ -58,10 +60,19 @@ class AgentSettings(BaseModel):
         gt=0,
         description="Spool bound; beyond it the oldest GPU samples go (inventory and containers never).",
     )
+    transport: Literal["kafka", "gateway"] = Field(
+        default="kafka",
+        description="Publish straight to Kafka, or through the ingest gateway (agent.gateway) where "
+        "the node cannot reach the brokers.",
+    )
+    gateway: GatewayClientSettings = Field(
+        default_factory=GatewayClientSettings, description="The ingest gateway, for transport = gateway."
+    )
     delivery_timeout_s: float = Field(
         default=30.0,
         gt=0,
-        description="How long the producer tries a record before it goes to the spool (message.timeout.ms).",
+        description="How long the producer (or the gateway client) tries a record before it goes to "
+        "the spool (message.timeout.ms).",
     )
     drain_batch: int = Field(default=1000, gt=0, description="Spooled records re-sent per pass.")
     metrics_port: int = Field(

@@ -1,0 +1,81 @@
+"""`gpulens sink` and `gpulens db migrate`: the ClickHouse schema and the sink that fills it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from gpulens.cli_context import Context, pass_context
+
+
+@click.command()
+@click.option("--batch-rows", type=click.IntRange(min=1), help="Rows per insert batch [sink.batch_rows].")
+@click.option(
+    "--batch-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Oldest age of a batch [sink.batch_seconds].",
+)
+@click.option("--group", "group_id", help="Consumer group [sink.group_id]; one group per database.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus /metrics on this port.")
+@pass_context
+def sink(
+    context: Context,
+    batch_rows: int | None,
+    batch_seconds: float | None,
+    group_id: str | None,
+    metrics_port: int | None,
+) -> None:
+    """Write every catalog topic into ClickHouse tables (clickhouse.database), until SIGTERM/Ctrl-C.
+
+    Applies the migrations first (waiting for ClickHouse if it is away), then consumes, writes
+    batches bounded by rows and age, and commits Kafka offsets only after ClickHouse accepted
+    a batch. On SIGTERM/Ctrl-C the batch in hand is written and committed before it exits.
+    """
+    from prometheus_client import start_http_server
+
+    from consumers.clickhouse.sinking import run_sink
+    from schemas.codec import AvroCodec, registry_client
+    from schemas.topic_admin import create_topics
+
+    settings = context.settings
+    overrides = {"batch_rows": batch_rows, "batch_seconds": batch_seconds}
+    options = settings.sink.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    create_topics(settings.kafka)
+    if metrics_port is not None:
+        start_http_server(metrics_port)
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    click.echo(
+        f"sink: {settings.kafka.bootstrap_servers} -> {settings.clickhouse.url} "
+        f"database {settings.clickhouse.database}, batches of {options.batch_rows} rows / "
+        f"{options.batch_seconds} s",
+        err=True,
+    )
+    codec = AvroCodec(registry_client(settings.registry.url))
+    run_sink(settings.kafka, codec, settings.clickhouse, options, stop, group_id=group_id)
+
+
+@click.group()
+def db() -> None:
+    """The ClickHouse schema (clickhouse.database)."""
+
+
+@db.command("migrate")
+@pass_context
+def db_migrate(context: Context) -> None:
+    """Create the database and apply the migrations it lacks (idempotent); print what was applied."""
+    from consumers.clickhouse.migrating import migrate
+
+    settings = context.settings
+    done = migrate(settings.clickhouse, samples_ttl_days=settings.sink.samples_ttl_days)
+    for line in done:
+        click.echo(line)
+    click.echo(f"{settings.clickhouse.database}: {'migrated' if done else 'up to date'}")

@@ -1,0 +1,141 @@
+"""The worker's operators: what each reads, what it writes, and how it knows what it wrote.
+
+An operator is pure event-time logic (allocation windows, alerts, device changelog) behind
+one small contract, so the worker that runs them (merge, transactions, restarts) is written
+once. ``remember``/``published`` let a restarted worker skip rows it published before the
+crash: its rebuilt state may emit them again, on a different input record than the first run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from pipeline.alerting import AlertDetector, AlertRules
+from pipeline.allocation import AllocationAggregator
+from pipeline.device_changes import diff
+from pipeline.windows import TumblingWindows, to_ms
+from schemas.models import ClusterGpuAllocation, DeviceInventory, Event, NodeGpuAllocation, Record
+from schemas.topics import (
+    ALERTS,
+    CLUSTER_ALLOCATION,
+    CONTAINERS,
+    DEVICE_CHANGELOG,
+    DEVICE_INVENTORY,
+    GPU_SAMPLES,
+    NODE_ALLOCATION,
+    NODES,
+    PODS,
+    WATERMARKS,
+    TopicSpec,
+)
+
+INPUT_ORDER: tuple[TopicSpec, ...] = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
+"""At one instant, records are applied in this topic order (nodes before the pods on them, ...)."""
+
+
+class Operator(Protocol):
+    """Event-time logic the worker runs."""
+
+    name: str
+    inputs: tuple[TopicSpec, ...]
+    restore_from: tuple[TopicSpec, ...]
+    """Output topics to read at start to learn what was already published."""
+
+    def process(self, event: Event) -> Sequence[Record]:
+        """Rows caused by ``event`` (raises LateEvent for an event older than applied time)."""
+        ...
+
+    def output(self, row: Record) -> TopicSpec:
+        """The topic a row goes to."""
+        ...
+
+    def remember(self, row: Record) -> None:
+        """A row read back from ``restore_from`` at start."""
+        ...
+
+    def published(self, row: Record) -> bool:
+        """Whether ``row`` was published before a restart."""
+        ...
+
+
+class EventIdLedger:
+    """Remembers published rows by event id (for low-volume outputs)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    def remember(self, row: Record) -> None:
+        self._ids.add(getattr(row, "event_id", ""))
+
+    def published(self, row: Record) -> bool:
+        return getattr(row, "event_id", None) in self._ids
+
+
+class AllocationOperator:
+    """cluster_gpu_allocation and node_gpu_allocation windows."""
+
+    name = "allocation"
+    inputs = (NODES, PODS, WATERMARKS)
+    restore_from = (CLUSTER_ALLOCATION,)
+
+    def __init__(self, windows: TumblingWindows, *, per_node: bool) -> None:
+        self._aggregator = AllocationAggregator(windows, per_node=per_node)
+        # Windows close in order per cluster, and a window's node rows share the cluster row's
+        # transaction: the last cluster window published says what is done.
+        self._published_until: dict[str, int] = {}
+
+    def process(self, event: Event) -> Sequence[Record]:
+        return self._aggregator.process(event)
+
+    def output(self, row: Record) -> TopicSpec:
+        return CLUSTER_ALLOCATION if isinstance(row, ClusterGpuAllocation) else NODE_ALLOCATION
+
+    def remember(self, row: Record) -> None:
+        assert isinstance(row, ClusterGpuAllocation)
+        start = to_ms(row.window_start)
+        self._published_until[row.cluster] = max(start, self._published_until.get(row.cluster, start))
+
+    def published(self, row: Record) -> bool:
+        assert isinstance(row, ClusterGpuAllocation | NodeGpuAllocation)
+        return to_ms(row.window_start) <= self._published_until.get(row.cluster, -1)
+
+
+class AlertOperator(EventIdLedger):
+    """GpuIdle, GpuPodPending, NodeNotReady and GpuLost alerts."""
+
+    name = "alerts"
+    inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES)
+    restore_from = (ALERTS,)
+
+    def __init__(self, rules: AlertRules) -> None:
+        super().__init__()
+        self._detector = AlertDetector(rules)
+
+    def process(self, event: Event) -> Sequence[Record]:
+        return self._detector.process(event)
+
+    def output(self, _row: Record) -> TopicSpec:
+        return ALERTS
+
+
+class DeviceChangelogOperator(EventIdLedger):
+    """DeviceChange records from successive inventories of each node."""
+
+    name = "changelog"
+    inputs = (DEVICE_INVENTORY,)
+    restore_from = (DEVICE_CHANGELOG,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[tuple[str, str], DeviceInventory] = {}
+
+    def process(self, event: Event) -> Sequence[Record]:
+        assert isinstance(event, DeviceInventory)
+        key = (event.cluster, event.node)
+        changes = list(diff(self._last.get(key), event))
+        self._last[key] = event
+        return changes
+
+    def output(self, _row: Record) -> TopicSpec:
+        return DEVICE_CHANGELOG

@@ -1,0 +1,29 @@
+"""The gRPC ingest gateway: agents that cannot reach Kafka stream batches of events to it.
+
+The server (:class:`Gateway`) authenticates every call, checks every event of a batch and
+publishes the batch whole with an idempotent producer, acking it only after the broker
+acknowledged every record; :class:`GatewayPublisher` is the client side, a stand-in for
+``producers.publishing.EventPublisher`` (``agent.transport = "gateway"``).
+"""
+
+from producers.gateway.exceptions import GatewayError, GatewayUnavailable, InvalidBatch, RejectReason
+from producers.gateway.metrics import GatewayMetrics
+from producers.gateway.publishing import GatewayPublisher
+from producers.gateway.serving import BATCH_ID_METADATA, Gateway, running_gateway
+from producers.gateway.settings import GatewayClientSettings, GatewaySettings
+from producers.gateway.validating import BatchValidator
+
+__all__ = [
+    "BATCH_ID_METADATA",
+    "BatchValidator",
+    "Gateway",
+    "GatewayClientSettings",
+    "GatewayError",
+    "GatewayMetrics",
+    "GatewayPublisher",
+    "GatewaySettings",
+    "GatewayUnavailable",
+    "InvalidBatch",
+    "RejectReason",
+    "running_gateway",
+]

@@ -1,0 +1,1 @@
+"""The GPULens ingest gateway's gRPC API."""
