@@ -10,7 +10,7 @@ import click
 
 from gpulens.cli_context import Context, pass_context
 
-PROCESSORS = ("allocation", "alerts", "changelog")
+PROCESSORS = ("allocation", "workloads", "alerts", "changelog")
 
 
 @click.command()
@@ -82,15 +82,21 @@ def worker(
     group_id: str,
     idle_ms: int,
 ) -> None:
-    """Turn event topics into allocation windows, alerts and the device changelog.
+    """Turn event topics into allocation and workload windows, alerts and the device changelog.
 
     Reads the node, pod, inventory, container, sample and watermark topics in event-time
-    order per cluster; writes gpulens.agg.*-gpu-allocation.v1, gpulens.alerts.v1 and
+    order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage), gpulens.alerts.v1 and
     gpulens.changelog.devices.v1, one Kafka transaction per cycle (exactly once, also across
     kill -9). A replay's final watermark closes every open window. Stops on SIGTERM/Ctrl-C.
     """
     from pipeline.alerting import AlertRules
-    from pipeline.operators import AlertOperator, AllocationOperator, DeviceChangelogOperator, Operator
+    from pipeline.operators import (
+        AlertOperator,
+        AllocationOperator,
+        DeviceChangelogOperator,
+        Operator,
+        WorkloadUsageOperator,
+    )
     from pipeline.running import StreamWorker, WorkerOptions
     from pipeline.windows import TumblingWindows
     from schemas.codec import AvroCodec, registry_client
@@ -105,6 +111,8 @@ def worker(
     operators: list[Operator] = []
     if "allocation" in chosen:
         operators.append(AllocationOperator(TumblingWindows(window_s * 1000), per_node=per_node))
+    if "workloads" in chosen:
+        operators.append(WorkloadUsageOperator(TumblingWindows(window_s * 1000)))
     if "alerts" in chosen:
         operators.append(AlertOperator(AlertRules(idle_below, idle_for, pending_for)))
     if "changelog" in chosen:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from pipeline.exceptions import LateEvent
+from pipeline.holders import GpuHolders, PodRef
 from pipeline.windows import from_ms, to_ms
 from schemas.ids import event_id
 from schemas.models import (
@@ -31,7 +32,6 @@ from schemas.models import (
     ChangeType,
     ContainerEvent,
     DeviceInventory,
-    DeviceKind,
     Event,
     GpuSampleBatch,
     NodeEvent,
@@ -48,13 +48,6 @@ class AlertRules:
     idle_below_pct: float = 5.0
     idle_for_s: float = 600.0
     pending_for_s: float = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class _PodRef:
-    uid: str | None
-    namespace: str
-    name: str
 
 
 @dataclass(slots=True)
@@ -82,11 +75,7 @@ class _NodeState:
 @dataclass
 class _Cluster:
     instant: int
-    holders: dict[str, _PodRef] = field(default_factory=dict)
-    """GPU id -> the pod holding it."""
-    containers: dict[tuple[str, str, str, str], set[str]] = field(default_factory=dict)
-    aliases: dict[str, str] = field(default_factory=dict)
-    """uuid, BDF, serial of a GPU -> its device_id (device plugins name GPUs differently)."""
+    holders: GpuHolders = field(default_factory=GpuHolders)
     gpus: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     """node -> GPU ids in its last inventory."""
     runs: dict[str, _Run] = field(default_factory=dict)
@@ -117,7 +106,7 @@ class AlertDetector:
         if isinstance(event, GpuSampleBatch):
             alerts += self._samples(cluster, event)
         elif isinstance(event, ContainerEvent):
-            self._container(cluster, event)
+            cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
             alerts += self._inventory(cluster, event)
         elif isinstance(event, NodeEvent):
@@ -133,8 +122,8 @@ class AlertDetector:
         at = to_ms(batch.event_time)
         threshold_ms = self.rules.idle_for_s * 1000
         for sample in batch.samples:
-            gpu = cluster.aliases.get(sample.device_id, sample.device_id)
-            holder = cluster.holders.get(gpu)
+            gpu = cluster.holders.gpu(sample.device_id)
+            holder = cluster.holders.holder(gpu)
             idle = (
                 holder is not None
                 and sample.utilization_pct is not None
@@ -154,7 +143,7 @@ class AlertDetector:
         return alerts
 
     def _gpu_idle(
-        self, batch: GpuSampleBatch, gpu: str, holder: _PodRef | None, run: _Run, state: AlertState, at: int
+        self, batch: GpuSampleBatch, gpu: str, holder: PodRef | None, run: _Run, state: AlertState, at: int
     ) -> Alert:
         minutes = (at - run.start) / 60_000
         return Alert(
@@ -182,27 +171,10 @@ class AlertDetector:
             },
         )
 
-    def _container(self, cluster: _Cluster, event: ContainerEvent) -> None:
-        key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
-        for gpu in cluster.containers.pop(key, set()):
-            cluster.holders.pop(gpu, None)
-        if event.type == ChangeType.DELETED:
-            return
-        gpus = {
-            cluster.aliases.get(d.device_id, d.device_id) for d in event.devices if d.kind == DeviceKind.GPU
-        }
-        cluster.containers[key] = gpus
-        holder = _PodRef(event.pod_uid, event.pod_namespace, event.pod_name)
-        for gpu in gpus:
-            cluster.holders[gpu] = holder
-
     # --- GpuLost ------------------------------------------------------------------------------
 
     def _inventory(self, cluster: _Cluster, inventory: DeviceInventory) -> list[Alert]:
-        for gpu in inventory.gpus:
-            for alias in (gpu.uuid, gpu.bdf, gpu.serial):
-                if alias:
-                    cluster.aliases[alias] = gpu.device_id
+        cluster.holders.inventory(inventory)
         now = {gpu.device_id for gpu in inventory.gpus}
         before = cluster.gpus.get(inventory.node)
         cluster.gpus[inventory.node] = now

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.exceptions import LateEvent
-from pipeline.windows import TumblingWindows, from_ms, to_ms
+from pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
 from schemas.ids import event_id
 from schemas.models import (
     ChangeType,
@@ -27,36 +27,6 @@ from schemas.models import (
     PodEvent,
     Watermark,
 )
-
-MILLI = 1000
-"""Amounts are counted in thousandths of a GPU, as integers: sums of shares stay exact."""
-
-
-def _milli(amount: float) -> int:
-    return round(amount * MILLI)
-
-
-@dataclass(slots=True)
-class _Series:
-    """One amount (milli-GPUs held by a cluster or a node) integrated over the current window."""
-
-    since: int
-    value: int = 0
-    integral: int = 0
-    maximum: int = 0
-
-    def settle(self, at: int, value: int) -> None:
-        """``value`` holds from instant ``at`` on (after all of that instant's events)."""
-        self.integral += self.value * (at - self.since)
-        self.since, self.value = at, value
-        self.maximum = max(self.maximum, value)
-
-    def close(self, end: int, size: int) -> tuple[float, float, float]:
-        """(mean, max, end value) in GPUs of the window ending at ``end``; then start the next."""
-        self.integral += self.value * (end - self.since)
-        result = (self.integral / size / MILLI, self.maximum / MILLI, self.value / MILLI)
-        self.since, self.integral, self.maximum = end, 0, self.value
-        return result
 
 
 @dataclass(slots=True)
@@ -83,10 +53,10 @@ class _Cluster:
     name: str
     window_start: int
     instant: int
-    series: _Series
+    series: HeldAmount
     pods: dict[str, _Pod] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
-    node_series: dict[str, _Series] = field(default_factory=dict)
+    node_series: dict[str, HeldAmount] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     """Nodes whose amount changed at the current instant."""
     changed_in_window: set[str] = field(default_factory=set)
@@ -125,7 +95,9 @@ class AllocationAggregator:
         rows: list[AllocationRow] = []
         if cluster is None:
             start = self.windows.start_of(at)
-            cluster = self._clusters[event.cluster] = _Cluster(event.cluster, start, at, _Series(since=start))
+            cluster = self._clusters[event.cluster] = _Cluster(
+                event.cluster, start, at, HeldAmount(since=start)
+            )
         elif at < cluster.instant:
             raise LateEvent(
                 f"{type(event).__name__} at {event.event_time.isoformat()} arrived after "
@@ -158,7 +130,7 @@ class AllocationAggregator:
             self._count(cluster, old, -1)
         if event.type != ChangeType.DELETED:
             new = _Pod(
-                amount=_milli(event.gpu_amount),
+                amount=milli(event.gpu_amount),
                 node=event.node,
                 holding=event.holds_gpus,
                 pending=event.node is None and event.phase == "Pending" and event.gpu_amount > 0,
@@ -197,7 +169,7 @@ class AllocationAggregator:
         for name in cluster.touched:
             series = cluster.node_series.get(name)
             if series is None:
-                series = cluster.node_series[name] = _Series(since=cluster.window_start)
+                series = cluster.node_series[name] = HeldAmount(since=cluster.window_start)
             series.settle(cluster.instant, cluster.nodes[name].held)
             cluster.changed_in_window.add(name)
         cluster.touched.clear()

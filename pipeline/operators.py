@@ -15,6 +15,7 @@ from pipeline.alerting import AlertDetector, AlertRules
 from pipeline.allocation import AllocationAggregator
 from pipeline.device_changes import diff
 from pipeline.windows import TumblingWindows, to_ms
+from pipeline.workload_usage import WorkloadUsage
 from schemas.models import ClusterGpuAllocation, DeviceInventory, Event, NodeGpuAllocation, Record
 from schemas.topics import (
     ALERTS,
@@ -27,6 +28,7 @@ from schemas.topics import (
     NODES,
     PODS,
     WATERMARKS,
+    WORKLOAD_USAGE,
     TopicSpec,
 )
 
@@ -99,6 +101,24 @@ class AllocationOperator:
     def published(self, row: Record) -> bool:
         assert isinstance(row, ClusterGpuAllocation | NodeGpuAllocation)
         return to_ms(row.window_start) <= self._published_until.get(row.cluster, -1)
+
+
+class WorkloadUsageOperator(EventIdLedger):
+    """workload_gpu_usage windows (Primus-Lens "GPU consumers")."""
+
+    name = "workloads"
+    inputs = (DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
+    restore_from = (WORKLOAD_USAGE,)
+
+    def __init__(self, windows: TumblingWindows) -> None:
+        super().__init__()
+        self._usage = WorkloadUsage(windows)
+
+    def process(self, event: Event) -> Sequence[Record]:
+        return self._usage.process(event)
+
+    def output(self, _row: Record) -> TopicSpec:
+        return WORKLOAD_USAGE
 
 
 class AlertOperator(EventIdLedger):

@@ -28,7 +28,7 @@ from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
-from schemas.models import Event
+from schemas.models import Event, Record
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec, record_key
 
@@ -228,9 +228,7 @@ class StreamWorker:
                 if operator.published(row):
                     continue  # published before a restart
                 spec = operator.output(row)
-                self._producer.produce(
-                    spec.name, key=record_key(spec, row), value=self._codec.encode(spec, row)
-                )
+                self._produce(spec, row)
                 ROWS_OUT.labels(spec.name).inc()
         if late is not None:
             LATE.inc()
@@ -241,6 +239,15 @@ class StreamWorker:
                 )  # fmt: skip
         if not replaying:
             self._advance(item.topic, item.partition, item.offset)
+
+    def _produce(self, spec: TopicSpec, row: Record) -> None:
+        key, value = record_key(spec, row), self._codec.encode(spec, row)
+        while True:
+            try:
+                self._producer.produce(spec.name, key=key, value=value)
+                return
+            except BufferError:  # a burst of windows: let librdkafka drain its queue
+                self._producer.poll(0.05)
 
     def _advance(self, topic: str, partition: int, offset: int) -> None:
         self._positions[(topic, partition)] = offset + 1

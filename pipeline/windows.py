@@ -29,3 +29,35 @@ def to_ms(moment: datetime) -> int:
 def from_ms(at_ms: int) -> datetime:
     """The aware UTC datetime of epoch milliseconds."""
     return datetime.fromtimestamp(at_ms / 1000, UTC)
+
+
+MILLI = 1000
+"""Amounts are counted in thousandths of a GPU, as integers: sums of shares stay exact."""
+
+
+def milli(amount: float) -> int:
+    """``amount`` GPUs in thousandths."""
+    return round(amount * MILLI)
+
+
+@dataclass(slots=True)
+class HeldAmount:
+    """An amount (milli-GPUs held by a cluster, node or workload) integrated over the current window."""
+
+    since: int
+    value: int = 0
+    integral: int = 0
+    maximum: int = 0
+
+    def settle(self, at: int, value: int) -> None:
+        """``value`` holds from instant ``at`` on (after all of that instant's events)."""
+        self.integral += self.value * (at - self.since)
+        self.since, self.value = at, value
+        self.maximum = max(self.maximum, value)
+
+    def close(self, end: int, size: int) -> tuple[float, float, float]:
+        """(mean, max, end value) in GPUs of the window ending at ``end``; then start the next."""
+        self.integral += self.value * (end - self.since)
+        result = (self.integral / size / MILLI, self.maximum / MILLI, self.value / MILLI)
+        self.since, self.integral, self.maximum = end, 0, self.value
+        return result

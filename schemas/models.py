@@ -49,6 +49,7 @@ __all__ = [
     "Timestamp",
     "Watermark",
     "WorkloadEvent",
+    "WorkloadGpuUsage",
     "WorkloadStatus",
 ]
 
@@ -423,6 +424,28 @@ class NodeGpuAllocation(Record):
     )
     pods_running_end: int = Field(description="GPU pods holding GPUs on this node at window end.")
     pods_pending_end: int = Field(default=0, description="Always 0: pending pods have no node yet.")
+
+
+class WorkloadGpuUsage(Record):
+    """GPUs a workload held and how busy they were over one window (Primus-Lens "GPU consumers")."""
+
+    event_id: str = Field(description="cluster, workload and window start.")
+    cluster: str = Field(description="Cluster name.")
+    workload_uid: str = Field(description="Top owner's uid (the pod's own uid for a bare pod).")
+    workload_kind: str = Field(description="Top owner's kind: Deployment, PyTorchJob, ... or Pod.")
+    workload_name: str = Field(description="Top owner's name.")
+    namespace: str = Field(description="Namespace.")
+    window_start: Timestamp = Field(description="Window start (inclusive).")
+    window_end: Timestamp = Field(description="Window end (exclusive).")
+    gpus_allocated_avg: float = Field(description="Time-weighted mean of GPUs its pods held.")
+    gpus_allocated_max: float = Field(description="Most GPUs its pods held at any instant.")
+    gpus_allocated_end: float = Field(description="GPUs its pods held at window end.")
+    utilization_avg: float | None = Field(
+        default=None, description="Mean utilization of its GPU samples, %."
+    )
+    utilization_max: float | None = Field(default=None, description="Highest sample utilization, %.")
+    samples: int = Field(default=0, description="GPU samples of its GPUs in the window.")
+    pods_active_end: int = Field(description="Its pods holding GPUs at window end.")
 
 
 # --- derived events: device changelog and alerts ----------------------------------------------

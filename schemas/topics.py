@@ -23,6 +23,7 @@ from schemas.models import (
     StorageEvent,
     Watermark,
     WorkloadEvent,
+    WorkloadGpuUsage,
 )
 
 DAY_MS = 24 * 3600 * 1000
@@ -96,6 +97,13 @@ NODE_ALLOCATION = TopicSpec(
     doc="node_gpu_allocation: one row per node and window.",
 )
 
+WORKLOAD_USAGE = TopicSpec(
+    "gpulens.agg.workload-gpu-usage.v1",
+    WorkloadGpuUsage,
+    "workload_uid",
+    3,
+    doc="workload_gpu_usage: GPUs held and their utilization per workload and window.",
+)
 DEVICE_CHANGELOG = TopicSpec(
     "gpulens.changelog.devices.v1",
     DeviceChange,
@@ -110,7 +118,7 @@ ALERTS = TopicSpec(
 
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
-    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, DEVICE_CHANGELOG, ALERTS, DLQ),
+    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
 )
 
 

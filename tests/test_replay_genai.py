@@ -7,7 +7,7 @@ from collections import Counter
 
 from producers.replay import genai_duty
 from producers.replay.locating import traces_dir
-from schemas.models import ContainerEvent, DeviceInventory, GpuSampleBatch, NodeEvent, PodEvent
+from schemas.models import ContainerEvent, DeviceInventory, GpuSampleBatch, NodeEvent, PodEvent, Watermark
 
 SAMPLES = traces_dir() / "alibaba-genai-2026" / "pod_gpu_duty_cycle_48pods.csv"
 
@@ -44,3 +44,11 @@ def test_each_container_is_a_one_gpu_pod_on_its_own_node_before_its_first_sample
             first_sample.setdefault(event.node, index)
     pod_index = {p.node: events.index(p) for p in pods}
     assert all(pod_index[node] < first_sample[node] for node in first_sample)
+
+
+def test_the_replay_ends_with_a_final_watermark_at_the_last_sample() -> None:
+    events = [event for _, event in genai_duty.plan(genai_duty.read_samples(SAMPLES), cluster="g")]
+    last = events[-1]
+    assert isinstance(last, Watermark)
+    assert last.final
+    assert last.event_time == max(e.event_time for e in events if isinstance(e, GpuSampleBatch))

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from producers.replay.exceptions import TraceError
-from producers.replay.reading import number, rows
+from producers.replay.reading import end_of_replay, number, rows
 from schemas.ids import event_id
 from schemas.models import (
     ChangeType,
@@ -31,7 +31,7 @@ from schemas.models import (
     NodeEvent,
     PodEvent,
 )
-from schemas.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, NODES, PODS, TopicSpec
+from schemas.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, NODES, PODS, WATERMARKS, TopicSpec
 
 SOURCE = "replay:genai-duty"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -94,6 +94,8 @@ def plan(samples: list[DutySample], *, cluster: str) -> Iterator[tuple[TopicSpec
                 ],
             ),
         )
+    if sample is not None:
+        yield WATERMARKS, end_of_replay(cluster, SOURCE, sample.at)
 
 
 def _start(first: DutySample, cluster: str) -> Iterator[tuple[TopicSpec, Event]]:

@@ -1,0 +1,180 @@
+"""GPU consumers: per workload and window, GPUs held by its pods and how busy those GPUs were.
+
+A pod belongs to the last link of its owner chain (pod -> ReplicaSet -> Deployment counts
+for the Deployment); a bare pod is its own workload. GPUs held follow the DESIGN.md
+definitions (time-weighted, events of one instant applied together); utilization is the
+mean and max of the samples of GPUs its pods held when sampled (container -> GPU mapping).
+Rows are written for workloads that held GPUs or were sampled in the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.exceptions import LateEvent
+from pipeline.holders import GpuHolders
+from pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
+from schemas.ids import event_id
+from schemas.models import (
+    ContainerEvent,
+    DeviceInventory,
+    Event,
+    GpuSampleBatch,
+    PodEvent,
+    Watermark,
+    WorkloadGpuUsage,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+
+
+@dataclass(slots=True)
+class _Usage:
+    series: HeldAmount
+    held: int = 0
+    pods: int = 0
+    util_sum: float = 0.0
+    util_count: int = 0
+    util_max: float | None = None
+
+
+@dataclass
+class _Cluster:
+    name: str
+    window_start: int
+    instant: int
+    holders: GpuHolders = field(default_factory=GpuHolders)
+    pods: dict[str, tuple[_Workload, int]] = field(default_factory=dict)
+    """uid of a pod holding GPUs -> (its workload, milli-GPUs)."""
+    workload_of: dict[str, _Workload] = field(default_factory=dict)
+    """uid of any known pod -> its workload (samples find workloads through it)."""
+    usage: dict[str, _Usage] = field(default_factory=dict)
+    workloads: dict[str, _Workload] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+
+
+class WorkloadUsage:
+    """workload_gpu_usage rows from pod, container, inventory and sample events."""
+
+    def __init__(self, windows: TumblingWindows) -> None:
+        self.windows = windows
+        self._clusters: dict[str, _Cluster] = {}
+
+    def process(self, event: Event) -> list[WorkloadGpuUsage]:
+        """Apply one event; returns the rows of the windows its time closed."""
+        at = to_ms(event.event_time)
+        cluster = self._clusters.get(event.cluster)
+        rows: list[WorkloadGpuUsage] = []
+        if cluster is None:
+            cluster = self._clusters[event.cluster] = _Cluster(event.cluster, self.windows.start_of(at), at)
+        elif at < cluster.instant:
+            raise LateEvent(
+                f"{type(event).__name__} at {event.event_time.isoformat()} is older than applied time"
+            )
+        elif at > cluster.instant:
+            self._settle(cluster)
+            rows = self._close_before(cluster, at)
+            cluster.instant = at
+        if isinstance(event, PodEvent):
+            self._pod(cluster, event)
+        elif isinstance(event, GpuSampleBatch):
+            self._samples(cluster, event)
+        elif isinstance(event, ContainerEvent):
+            cluster.holders.container(event)
+        elif isinstance(event, DeviceInventory):
+            cluster.holders.inventory(event)
+        elif isinstance(event, Watermark) and event.final:
+            self._settle(cluster)
+            rows += self._close_before(cluster, self.windows.start_of(at) + self.windows.size_ms)
+        return rows
+
+    def _usage(self, cluster: _Cluster, workload: _Workload) -> _Usage:
+        cluster.workloads[workload.uid] = workload
+        usage = cluster.usage.get(workload.uid)
+        if usage is None:
+            usage = cluster.usage[workload.uid] = _Usage(HeldAmount(since=cluster.window_start))
+        return usage
+
+    def _pod(self, cluster: _Cluster, pod: PodEvent) -> None:
+        top = pod.owners[-1] if pod.owners else None
+        workload = (
+            _Workload(top.uid, top.kind, top.name, pod.namespace)
+            if top
+            else _Workload(pod.uid, "Pod", pod.name, pod.namespace)
+        )
+        cluster.workload_of[pod.uid] = workload
+        previous = cluster.pods.pop(pod.uid, None)
+        if previous is not None:
+            usage = self._usage(cluster, previous[0])
+            usage.held -= previous[1]
+            usage.pods -= 1
+            cluster.touched.add(previous[0].uid)
+        if pod.holds_gpus:
+            amount = milli(pod.gpu_amount)
+            cluster.pods[pod.uid] = (workload, amount)
+            usage = self._usage(cluster, workload)
+            usage.held += amount
+            usage.pods += 1
+            cluster.touched.add(workload.uid)
+
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch) -> None:
+        for sample in batch.samples:
+            holder = cluster.holders.holder(sample.device_id)
+            workload = cluster.workload_of.get(holder.uid or "") if holder else None
+            if workload is None or sample.utilization_pct is None:
+                continue
+            usage = self._usage(cluster, workload)
+            usage.util_sum += sample.utilization_pct
+            usage.util_count += 1
+            usage.util_max = max(usage.util_max or 0.0, sample.utilization_pct)
+
+    def _settle(self, cluster: _Cluster) -> None:
+        for uid in cluster.touched:
+            usage = cluster.usage[uid]
+            usage.series.settle(cluster.instant, usage.held)
+        cluster.touched.clear()
+
+    def _close_before(self, cluster: _Cluster, at: int) -> list[WorkloadGpuUsage]:
+        rows: list[WorkloadGpuUsage] = []
+        size = self.windows.size_ms
+        while cluster.window_start + size <= at:
+            start, end = cluster.window_start, cluster.window_start + size
+            for uid in sorted(cluster.usage):
+                usage = cluster.usage[uid]
+                series = usage.series
+                if series.value == 0 and series.maximum == 0 and usage.util_count == 0:
+                    del cluster.usage[uid]  # nothing held, nothing sampled: no row until it changes
+                    continue
+                rows.append(self._row(cluster, cluster.workloads[uid], usage, start, end))
+            cluster.window_start = end
+        return rows
+
+    def _row(
+        self, cluster: _Cluster, workload: _Workload, usage: _Usage, start: int, end: int
+    ) -> WorkloadGpuUsage:
+        mean, maximum, last = usage.series.close(end, self.windows.size_ms)
+        row = WorkloadGpuUsage(
+            event_id=event_id(cluster.name, workload.uid, "workload_gpu_usage", start, end),
+            cluster=cluster.name,
+            workload_uid=workload.uid,
+            workload_kind=workload.kind,
+            workload_name=workload.name,
+            namespace=workload.namespace,
+            window_start=from_ms(start),
+            window_end=from_ms(end),
+            gpus_allocated_avg=mean,
+            gpus_allocated_max=maximum,
+            gpus_allocated_end=last,
+            utilization_avg=usage.util_sum / usage.util_count if usage.util_count else None,
+            utilization_max=usage.util_max,
+            samples=usage.util_count,
+            pods_active_end=usage.pods,
+        )
+        usage.util_sum, usage.util_count, usage.util_max = 0.0, 0, None
+        return row
