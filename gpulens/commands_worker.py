@@ -30,6 +30,12 @@ PROCESSORS = ("allocation", "workloads", "alerts", "changelog")
     help="Also write node_gpu_allocation rows.",
 )
 @click.option(
+    "--overview/--no-overview",
+    default=True,
+    show_default=True,
+    help="Also write cluster_overview rows (reads GPU samples for utilization).",
+)
+@click.option(
     "--processors",
     default=",".join(PROCESSORS),
     show_default=True,
@@ -75,6 +81,7 @@ def worker(
     context: Context,
     window_s: int,
     per_node: bool,
+    overview: bool,
     processors: str,
     idle_below: float,
     idle_for: float,
@@ -110,7 +117,9 @@ def worker(
         )
     operators: list[Operator] = []
     if "allocation" in chosen:
-        operators.append(AllocationOperator(TumblingWindows(window_s * 1000), per_node=per_node))
+        operators.append(
+            AllocationOperator(TumblingWindows(window_s * 1000), per_node=per_node, overview=overview)
+        )
     if "workloads" in chosen:
         operators.append(WorkloadUsageOperator(TumblingWindows(window_s * 1000)))
     if "alerts" in chosen:

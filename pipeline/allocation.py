@@ -21,7 +21,9 @@ from schemas.ids import event_id
 from schemas.models import (
     ChangeType,
     ClusterGpuAllocation,
+    ClusterOverview,
     Event,
+    GpuSampleBatch,
     NodeEvent,
     NodeGpuAllocation,
     PodEvent,
@@ -46,6 +48,8 @@ class _Node:
     model: str | None = None
     held: int = 0
     running: int = 0
+    exists: bool = False
+    ready: bool = False
 
 
 @dataclass
@@ -63,32 +67,36 @@ class _Cluster:
     held: int = 0
     running: int = 0
     pending: int = 0
+    util_sum: float = 0.0
+    util_count: int = 0
 
     @property
     def capacity(self) -> float:
         return sum(n.allocatable for n in self.nodes.values() if n.available)
 
 
-AllocationRow = ClusterGpuAllocation | NodeGpuAllocation
+AllocationRow = ClusterGpuAllocation | NodeGpuAllocation | ClusterOverview
 
 
 class AllocationAggregator:
     """cluster_gpu_allocation and node_gpu_allocation rows from pod and node events."""
 
-    def __init__(self, windows: TumblingWindows, *, per_node: bool = True) -> None:
+    def __init__(self, windows: TumblingWindows, *, per_node: bool = True, overview: bool = False) -> None:
         self.windows = windows
         self.per_node = per_node
+        self.overview = overview
+        """Also write cluster_overview rows (then GPU samples count toward utilization)."""
         self._clusters: dict[str, _Cluster] = {}
 
     def process(self, event: Event) -> list[AllocationRow]:
-        """Apply a pod or node event, or close windows on a final watermark; other events pass."""
-        if isinstance(event, PodEvent | NodeEvent):
+        """Apply a pod, node or sample event, or close windows on a final watermark."""
+        if isinstance(event, PodEvent | NodeEvent) or (self.overview and isinstance(event, GpuSampleBatch)):
             return self.apply(event)
         if isinstance(event, Watermark) and event.final:
             return self.finish(event.cluster, to_ms(event.event_time))
         return []
 
-    def apply(self, event: PodEvent | NodeEvent) -> list[AllocationRow]:
+    def apply(self, event: PodEvent | NodeEvent | GpuSampleBatch) -> list[AllocationRow]:
         """Apply one event; returns the rows of the windows its time closed."""
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
@@ -109,8 +117,12 @@ class AllocationAggregator:
             cluster.instant = at
         if isinstance(event, PodEvent):
             self._apply_pod(cluster, event)
-        else:
+        elif isinstance(event, NodeEvent):
             self._apply_node(cluster, event)
+        else:
+            values = [s.utilization_pct for s in event.samples if s.utilization_pct is not None]
+            cluster.util_sum += sum(values)
+            cluster.util_count += len(values)
         return rows
 
     def finish(self, cluster_name: str, at: int | None = None) -> list[AllocationRow]:
@@ -156,6 +168,7 @@ class AllocationAggregator:
         deleted = event.type == ChangeType.DELETED
         node.allocatable = 0.0 if deleted else event.gpus_allocatable
         node.available = not deleted and event.ready and event.schedulable
+        node.exists, node.ready = not deleted, event.ready
         node.model = event.gpu_model or node.model
         cluster.touched.add(event.node)
 
@@ -179,7 +192,10 @@ class AllocationAggregator:
         size = self.windows.size_ms
         while cluster.window_start + size <= at:
             start, end = cluster.window_start, cluster.window_start + size
-            rows.append(self._cluster_row(cluster, start, end, *cluster.series.close(end, size)))
+            row = self._cluster_row(cluster, start, end, *cluster.series.close(end, size))
+            rows.append(row)
+            if self.overview:
+                rows.append(self._overview_row(cluster, row))
             if self.per_node:
                 rows += self._node_rows(cluster, start, end)
             cluster.window_start = end
@@ -202,6 +218,31 @@ class AllocationAggregator:
             pods_running_end=cluster.running,
             pods_pending_end=cluster.pending,
         )
+
+    def _overview_row(self, cluster: _Cluster, allocation: ClusterGpuAllocation) -> ClusterOverview:
+        nodes = [n for n in cluster.nodes.values() if n.exists]
+        healthy = [n for n in nodes if n.available]
+        gpu_nodes = [n for n in healthy if n.allocatable > 0]
+        row = ClusterOverview(
+            event_id=event_id(cluster.name, "cluster_overview", allocation.window_start.isoformat()),
+            cluster=cluster.name,
+            window_start=allocation.window_start,
+            window_end=allocation.window_end,
+            nodes_total=len(nodes),
+            nodes_healthy=len(healthy),
+            nodes_not_ready=sum(1 for n in nodes if not n.ready),
+            nodes_cordoned=sum(1 for n in nodes if n.ready and not n.available),
+            nodes_fully_idle=sum(1 for n in gpu_nodes if n.held == 0),
+            nodes_partially_idle=sum(1 for n in gpu_nodes if 0 < n.held < milli(n.allocatable)),
+            nodes_busy=sum(1 for n in gpu_nodes if n.held >= milli(n.allocatable)),
+            gpu_capacity=allocation.gpu_capacity,
+            gpus_allocated_avg=allocation.gpus_allocated_avg,
+            allocation_rate_avg=allocation.allocation_rate_avg,
+            gpu_utilization_avg=cluster.util_sum / cluster.util_count if cluster.util_count else None,
+            gpu_samples=cluster.util_count,
+        )
+        cluster.util_sum, cluster.util_count = 0.0, 0
+        return row
 
     def _node_rows(self, cluster: _Cluster, start: int, end: int) -> list[AllocationRow]:
         rows: list[AllocationRow] = []

@@ -16,10 +16,18 @@ from pipeline.allocation import AllocationAggregator
 from pipeline.device_changes import diff
 from pipeline.windows import TumblingWindows, to_ms
 from pipeline.workload_usage import WorkloadUsage
-from schemas.models import ClusterGpuAllocation, DeviceInventory, Event, NodeGpuAllocation, Record
+from schemas.models import (
+    ClusterGpuAllocation,
+    ClusterOverview,
+    DeviceInventory,
+    Event,
+    NodeGpuAllocation,
+    Record,
+)
 from schemas.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
+    CLUSTER_OVERVIEW,
     CONTAINERS,
     DEVICE_CHANGELOG,
     DEVICE_INVENTORY,
@@ -78,11 +86,11 @@ class AllocationOperator:
     """cluster_gpu_allocation and node_gpu_allocation windows."""
 
     name = "allocation"
-    inputs = (NODES, PODS, WATERMARKS)
     restore_from = (CLUSTER_ALLOCATION,)
 
-    def __init__(self, windows: TumblingWindows, *, per_node: bool) -> None:
-        self._aggregator = AllocationAggregator(windows, per_node=per_node)
+    def __init__(self, windows: TumblingWindows, *, per_node: bool, overview: bool = False) -> None:
+        self._aggregator = AllocationAggregator(windows, per_node=per_node, overview=overview)
+        self.inputs = (NODES, PODS, GPU_SAMPLES, WATERMARKS) if overview else (NODES, PODS, WATERMARKS)
         # Windows close in order per cluster, and a window's node rows share the cluster row's
         # transaction: the last cluster window published says what is done.
         self._published_until: dict[str, int] = {}
@@ -91,6 +99,8 @@ class AllocationOperator:
         return self._aggregator.process(event)
 
     def output(self, row: Record) -> TopicSpec:
+        if isinstance(row, ClusterOverview):
+            return CLUSTER_OVERVIEW
         return CLUSTER_ALLOCATION if isinstance(row, ClusterGpuAllocation) else NODE_ALLOCATION
 
     def remember(self, row: Record) -> None:
@@ -99,7 +109,7 @@ class AllocationOperator:
         self._published_until[row.cluster] = max(start, self._published_until.get(row.cluster, start))
 
     def published(self, row: Record) -> bool:
-        assert isinstance(row, ClusterGpuAllocation | NodeGpuAllocation)
+        assert isinstance(row, ClusterGpuAllocation | NodeGpuAllocation | ClusterOverview)
         return to_ms(row.window_start) <= self._published_until.get(row.cluster, -1)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "AlertState",
     "ChangeType",
     "ClusterGpuAllocation",
+    "ClusterOverview",
     "ContainerEvent",
     "ContainerState",
     "DeadLetter",
@@ -426,6 +427,27 @@ class NodeGpuAllocation(Record):
     pods_pending_end: int = Field(default=0, description="Always 0: pending pods have no node yet.")
 
 
+class ClusterOverview(Record):
+    """How the nodes of a cluster stand at the end of a window, with allocation and utilization."""
+
+    event_id: str = Field(description="cluster and window start.")
+    cluster: str = Field(description="Cluster name.")
+    window_start: Timestamp = Field(description="Window start (inclusive).")
+    window_end: Timestamp = Field(description="Window end (exclusive).")
+    nodes_total: int = Field(description="Nodes known (not deleted).")
+    nodes_healthy: int = Field(description="Ready and schedulable.")
+    nodes_not_ready: int = Field(description="Ready condition not True.")
+    nodes_cordoned: int = Field(description="Ready but unschedulable.")
+    nodes_fully_idle: int = Field(description="Healthy GPU nodes with no GPU held.")
+    nodes_partially_idle: int = Field(description="Healthy GPU nodes with some but not all GPUs held.")
+    nodes_busy: int = Field(description="Healthy GPU nodes with every GPU held.")
+    gpu_capacity: float = Field(description="As in cluster_gpu_allocation.")
+    gpus_allocated_avg: float = Field(description="As in cluster_gpu_allocation.")
+    allocation_rate_avg: float | None = Field(default=None, description="As in cluster_gpu_allocation.")
+    gpu_utilization_avg: float | None = Field(default=None, description="Mean of every GPU sample, %.")
+    gpu_samples: int = Field(default=0, description="GPU samples in the window.")
+
+
 class WorkloadGpuUsage(Record):
     """GPUs a workload held and how busy they were over one window (Primus-Lens "GPU consumers")."""
 
@@ -440,9 +462,7 @@ class WorkloadGpuUsage(Record):
     gpus_allocated_avg: float = Field(description="Time-weighted mean of GPUs its pods held.")
     gpus_allocated_max: float = Field(description="Most GPUs its pods held at any instant.")
     gpus_allocated_end: float = Field(description="GPUs its pods held at window end.")
-    utilization_avg: float | None = Field(
-        default=None, description="Mean utilization of its GPU samples, %."
-    )
+    utilization_avg: float | None = Field(default=None, description="Mean utilization of its GPU samples, %.")
     utilization_max: float | None = Field(default=None, description="Highest sample utilization, %.")
     samples: int = Field(default=0, description="GPU samples of its GPUs in the window.")
     pods_active_end: int = Field(description="Its pods holding GPUs at window end.")

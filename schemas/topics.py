@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from schemas.models import (
     Alert,
     ClusterGpuAllocation,
+    ClusterOverview,
     ContainerEvent,
     DeadLetter,
     DeviceChange,
@@ -97,6 +98,13 @@ NODE_ALLOCATION = TopicSpec(
     doc="node_gpu_allocation: one row per node and window.",
 )
 
+CLUSTER_OVERVIEW = TopicSpec(
+    "gpulens.agg.cluster-overview.v1",
+    ClusterOverview,
+    "cluster",
+    1,
+    doc="cluster_overview: node health and idleness, allocation and utilization per window.",
+)
 WORKLOAD_USAGE = TopicSpec(
     "gpulens.agg.workload-gpu-usage.v1",
     WorkloadGpuUsage,
@@ -118,7 +126,7 @@ ALERTS = TopicSpec(
 
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
-    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
+    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
 )
 
 
