@@ -10,6 +10,7 @@ import click
 
 from gpulens.cli_context import Context, pass_context
 from gpulens.commands_agent import agent
+from gpulens.commands_exporter import exporter
 from gpulens.commands_gateway import gateway
 from gpulens.commands_replay import replay
 from gpulens.commands_sink import db, sink
@@ -299,6 +300,7 @@ cli.add_command(worker)
 cli.add_command(watch)
 cli.add_command(sink)
 cli.add_command(db)
+cli.add_command(exporter)
 
 
 def main() -> None:

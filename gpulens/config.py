@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
+from consumers.prometheus.settings import ExporterSettings
 from infra.settings import PlatformSettings
 from producers.agent.settings import AgentSettings
 from producers.gateway.settings import GatewaySettings
@@ -44,6 +45,7 @@ class GPULensSettings(BaseSettings):
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     sink: SinkSettings = Field(default_factory=SinkSettings)
+    exporter: ExporterSettings = Field(default_factory=ExporterSettings)
     platform: PlatformSettings = Field(default_factory=PlatformSettings)
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)

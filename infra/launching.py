@@ -35,8 +35,9 @@ class ServiceSpec:
 
     name: str
     argv: Sequence[str]
-    host: str
-    port: int
+    host: str = "127.0.0.1"
+    port: int | None = None
+    """The port it serves on; None for a worker that serves nothing (ready once it stays up)."""
     hint: str = ""
     """What to do when the port is taken (e.g. which setting moves it)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -59,6 +60,9 @@ class Status:
     port: int | None = None
     log: Path | None = None
 
+
+PORTLESS_GRACE_S = 2.0
+"""A service without a port counts as started once it has stayed up this long."""
 
 # Children this process started, by pid, whichever manager started them: kept so that a
 # stopped child is reaped here instead of lingering as a zombie.
@@ -118,7 +122,7 @@ class ServiceManager:
         executable = Path(spec.argv[0])
         if not executable.exists():
             raise LaunchError(f"{spec.name}: {executable} is missing; run `make install` to install it")
-        if port_open(spec.host, spec.port):
+        if spec.port is not None and port_open(spec.host, spec.port):
             raise LaunchError(
                 f"{spec.name}: port {spec.port} on {spec.host} is already in use by another program; "
                 f"stop it or {spec.hint or 'choose another port'}"
@@ -137,7 +141,8 @@ class ServiceManager:
         _CHILDREN[process.pid] = process
         record = {"pid": process.pid, "argv": list(spec.argv), "port": spec.port, "started": time.time()}
         self._pidfile(spec.name).write_text(json.dumps(record))
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 _CHILDREN.pop(process.pid, None)
@@ -146,14 +151,22 @@ class ServiceManager:
                     f"{spec.name} exited with code {process.returncode} while starting; "
                     f"last lines of {self.log_path(spec.name)}:\n{self.tail(spec.name)}"
                 )
-            if port_open(spec.host, spec.port) and (spec.ready is None or spec.ready()):
-                log.info("%s ready on %s:%d (pid %d)", spec.name, spec.host, spec.port, process.pid)
+            if self._ready(spec, started):
+                log.info("%s ready (pid %d)", spec.name, process.pid)
                 return self.status(spec.name), True
             time.sleep(0.05)
         self.stop(spec.name)
         raise LaunchError(
             f"{spec.name} did not become ready within {timeout:.0f}s; see {self.log_path(spec.name)}"
         )
+
+    @staticmethod
+    def _ready(spec: ServiceSpec, started: float) -> bool:
+        if spec.port is not None and not port_open(spec.host, spec.port):
+            return False
+        if spec.port is None and spec.ready is None:
+            return time.monotonic() - started >= PORTLESS_GRACE_S
+        return spec.ready is None or spec.ready()
 
     def stop(self, name: str, *, timeout: float = 15.0) -> bool:
         """Stop ``name`` if this manager started it; whether a process was stopped."""

@@ -109,6 +109,20 @@ class DecodingConsumer:
             self._dlq.publish(message, err.reason.value, err.detail)
             return None
 
+    def lag(self, timeout: float = 5.0) -> dict[str, int]:
+        """Records not yet polled, per topic: high watermark minus position, summed over the
+        assigned partitions (one broker round trip per partition: call it every few seconds,
+        not per poll). A partition not read yet counts from its low watermark."""
+        lag: dict[str, int] = {}
+        try:
+            for tp in self._consumer.position(self._consumer.assignment()):
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+                position = tp.offset if tp.offset >= 0 else low
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(high - position, 0)
+        except KafkaException as err:
+            raise ConsumeError(f"cannot read positions and watermarks: {err}") from err
+        return lag
+
     def commit(self) -> None:
         """Make dead letters durable, then commit everything polled so far."""
         if not self._positions:

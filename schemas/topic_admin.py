@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.exceptions import GPULensError
@@ -68,3 +68,21 @@ def describe_topics(kafka: KafkaSettings, *, timeout: float = 30.0) -> list[Topi
         )
         for spec in CATALOG
     ]
+
+
+def topic_partitions(
+    kafka: KafkaSettings, topics: Iterable[TopicSpec], *, offset: int, timeout: float = 30.0
+) -> list[TopicPartition]:
+    """Every partition of ``topics`` as the broker has them, each starting at ``offset``
+    (``OFFSET_BEGINNING``, ``OFFSET_STORED``, ...): what a reader that assigns itself every
+    partition, instead of sharing them in a group, passes to ``assign``."""
+    admin = AdminClient(kafka.librdkafka())
+    wanted = list(topics)
+    try:
+        metadata = admin.list_topics(timeout=timeout).topics
+    except KafkaException as err:
+        raise TopicAdminError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {err}") from err
+    missing = [t.name for t in wanted if t.name not in metadata]
+    if missing:
+        raise TopicAdminError(f"topics missing: {', '.join(missing)}; run `gpulens topics create`")
+    return [TopicPartition(t.name, p, offset) for t in wanted for p in sorted(metadata[t.name].partitions)]

@@ -90,7 +90,8 @@ class GatewayPublisher(BasePublisher):
     def produce(
         self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
     ) -> None:
-        """Add the record to the open batch; a full batch leaves at once."""
+        """Add the record to the open batch; a full batch leaves at once, once fewer than
+        ``max_unacked_batches`` wait for their ack."""
         if self._open is None:
             self._open = _Batch(ingest_pb2.EventBatch(batch_id=uuid.uuid4().hex))
             self._opened_at = time.monotonic()
@@ -147,6 +148,8 @@ class GatewayPublisher(BasePublisher):
         batch, self._open = self._open, None
         if batch is None:
             return
+        while len(self._unacked) >= self._settings.max_unacked_batches:  # acks, retries and expiry free it
+            self.poll(0.05)
         batch.queued_at = time.monotonic()
         self._unacked[batch.message.batch_id] = batch
         if self._requests is not None:  # else it goes with the others once the stream is (re)opened

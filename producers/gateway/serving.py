@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import grpc
 from confluent_kafka import KafkaError, Message
@@ -184,6 +185,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         except RegistryError as err:  # not the batch's fault: the client sends it again later
             raise GatewayUnavailable(f"batch {batch.batch_id!r}: {err}") from err
         delivery = _Delivery(asyncio.get_running_loop(), len(batch.events))
+        delivery.future.add_done_callback(partial(self._count_published, delivery.count))
         for event in batch.events:
             self._publisher.produce(event.topic, event.key, event.value, on_delivery=delivery.on_delivery)
         self._recent[batch.batch_id] = delivery
@@ -191,6 +193,10 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         while len(self._recent) > self._settings.dedup_batches:
             self._recent.popitem(last=False)
         return _Accepted(batch.batch_id, delivery, False, received_at)
+
+    def _count_published(self, count: int, future: asyncio.Future[str | None]) -> None:
+        if future.result() is None:  # counted once per delivery, however often its id is sent
+            self._metrics.events_published.inc(count)
 
     async def _acknowledged(self, item: _Accepted, timeout: float) -> None:
         """Wait until Kafka has every record of ``item``; :class:`GatewayUnavailable` otherwise."""
@@ -201,8 +207,6 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         if error is not None:
             self._metrics.unavailable.inc()
             raise GatewayUnavailable(f"batch {item.batch_id!r}: Kafka did not take it: {error}")
-        if not item.duplicate:
-            self._metrics.events_published.inc(item.delivery.count)
         self._metrics.ack_latency.observe(time.monotonic() - item.received_at)
 
 

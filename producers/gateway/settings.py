@@ -69,6 +69,11 @@ class GatewayClientSettings(BaseModel):
         default=500, ge=1, description="Events per message; a batch leaves when full or after linger_s."
     )
     linger_s: float = Field(default=0.05, ge=0, description="How long a batch that is not full waits.")
+    max_unacked_batches: int = Field(
+        default=64,
+        ge=1,
+        description="Batches sent but not acked yet; beyond it produce() waits (back pressure).",
+    )
     retry_backoff_s: float = Field(
         default=0.5, gt=0, description="Wait before a broken stream is opened again and its batches resent."
     )

@@ -10,11 +10,14 @@ such a record dead-letters it as ``invalid-record`` like any other.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
+from typing import cast
 
 from producers.gateway.exceptions import InvalidBatch, RejectReason
 from protos.gateway.v1 import ingest_pb2
 from schemas.codec import AvroCodec
 from schemas.exceptions import DecodeError
+from schemas.models import Record
 from schemas.topics import CATALOG, DLQ, TopicSpec, record_key
 
 
@@ -54,7 +57,9 @@ class BatchValidator:
             values = self._codec.decode_dict(spec, event.value)
         except DecodeError as err:
             return RejectReason(err.reason.value), err.detail
-        expected = record_key(spec, spec.record.model_construct(**values))
+        # record_key reads only attributes: a namespace over the decoded fields costs a tenth of
+        # a model (even an unvalidated model_construct), and this runs for every event.
+        expected = record_key(spec, cast(Record, SimpleNamespace(**values)))
         if event.key != expected:
             return RejectReason.KEY_MISMATCH, f"key {event.key!r}, the record's key is {expected!r}"
         return None, ""

@@ -1,0 +1,23 @@
+"""The Prometheus exporter: the newest window of every derived series, under Primus-Lens's names.
+
+Reads the derived topics (allocation, workload usage, GPU samples, alerts) from the beginning
+into :class:`LatestState`, and renders it at scrape time with :class:`StateCollector`, next to
+the exporter's own health (records in, batch sizes and durations, lag, dead letters).
+"""
+
+from consumers.prometheus.collecting import StateCollector
+from consumers.prometheus.exceptions import ExporterError
+from consumers.prometheus.exporting import EXPORTED_TOPICS, Exporter, run_exporter
+from consumers.prometheus.settings import ExporterSettings
+from consumers.prometheus.state import LatestState, Snapshot
+
+__all__ = [
+    "EXPORTED_TOPICS",
+    "Exporter",
+    "ExporterError",
+    "ExporterSettings",
+    "LatestState",
+    "Snapshot",
+    "StateCollector",
+    "run_exporter",
+]

@@ -1,0 +1,52 @@
+"""The exporter's own health, in its own registry (several exporters may share a process in tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from schemas.consuming import Decoded
+
+
+class ConsumerHealth:
+    """Records in per topic, batch sizes and durations, lag per topic of one consumer."""
+
+    def __init__(self, registry: CollectorRegistry, *, consumer: str) -> None:
+        self._consumer = consumer
+        self._records_in = Counter(
+            "gpulens_exporter_records_in_total",
+            "Decoded records taken into the exporter's state, per topic.",
+            ["topic"],
+            registry=registry,
+        )
+        self._batch_records = Histogram(
+            "gpulens_exporter_batch_records",
+            "Decoded records per poll batch.",
+            buckets=(1, 10, 100, 500, 1_000, 2_500, 5_000, 10_000),
+            registry=registry,
+        )
+        self._batch_seconds = Histogram(
+            "gpulens_exporter_batch_duration_seconds",
+            "Time to apply one poll batch to the state.",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+            registry=registry,
+        )
+        self._lag = Gauge(
+            "gpulens_consumer_lag_records",
+            "Records on the broker a consumer has not read yet (high watermark - position), per topic.",
+            ["consumer", "topic"],
+            registry=registry,
+        )
+
+    def batch(self, records: Sequence[Decoded], seconds: float) -> None:
+        """Count one applied batch."""
+        for item in records:
+            self._records_in.labels(item.topic).inc()
+        self._batch_records.observe(len(records))
+        self._batch_seconds.observe(seconds)
+
+    def lag(self, per_topic: dict[str, int]) -> None:
+        """Set the lag of every topic read."""
+        for topic, lag in per_topic.items():
+            self._lag.labels(self._consumer, topic).set(lag)

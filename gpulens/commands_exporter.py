@@ -1,0 +1,44 @@
+"""`gpulens exporter`: Prometheus /metrics from the derived topics, under Primus-Lens's names."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from gpulens.cli_context import Context, pass_context
+
+
+@click.command()
+@click.option("--host", help="Address /metrics binds [exporter.host].")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port of /metrics, 0 for any [exporter.port].")
+@click.option("--group", "group_id", help="Consumer group [exporter.group_id].")
+@pass_context
+def exporter(context: Context, host: str | None, port: int | None, group_id: str | None) -> None:
+    """Serve Prometheus /metrics from the allocation, workload, GPU sample and alert topics.
+
+    Reads them from the beginning at every start and keeps the newest window per series, so a
+    restarted exporter shows the current state at once; serves until SIGTERM/Ctrl-C. Metric
+    names are Primus-Lens's (gpu_allocation_rate, consumer_pod_gpu_usage, gpu_utilization, ...),
+    each with a cluster label, plus the exporter's own health (gpulens_exporter_*, lag, dead letters).
+    """
+    from consumers.prometheus.exporting import run_exporter
+    from schemas.codec import AvroCodec, registry_client
+    from schemas.topic_admin import create_topics
+
+    settings = context.settings
+    overrides = {"host": host, "port": port, "group_id": group_id}
+    options = settings.exporter.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    create_topics(settings.kafka)
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    click.echo(f"exporter {options.group_id}: reading {settings.kafka.bootstrap_servers}", err=True)
+    codec = AvroCodec(registry_client(settings.registry.url))
+    run_exporter(settings.kafka, codec, options, stop)

@@ -1,0 +1,367 @@
+"""The Prometheus exporter against the real broker: Primus-Lens's names with the newest rows' values.
+
+Records are published first and the exporter started after (it must rebuild the state from the
+topics, as after a restart), then more while it runs; every check scrapes /metrics over HTTP
+and parses it with prometheus-client's own parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+from consumers.prometheus import EXPORTED_TOPICS, Exporter, ExporterSettings
+from schemas.codec import AvroCodec
+from schemas.models import (
+    Alert,
+    AlertState,
+    ClusterGpuAllocation,
+    GpuSample,
+    GpuSampleBatch,
+    NodeGpuAllocation,
+    Record,
+    WorkloadGpuUsage,
+)
+from schemas.topic_admin import create_topics
+from schemas.topics import (
+    ALERTS,
+    CLUSTER_ALLOCATION,
+    GPU_SAMPLES,
+    NODE_ALLOCATION,
+    WORKLOAD_USAGE,
+    TopicSpec,
+    record_key,
+)
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+WINDOW = timedelta(seconds=30)
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+# --- records ------------------------------------------------------------------------------------
+
+
+def cluster_row(cluster: str, window: int, *, capacity: float, allocated: float, pending: int):
+    start = T0 + window * WINDOW
+    return ClusterGpuAllocation(
+        event_id=f"{cluster}/{window}",
+        cluster=cluster,
+        window_start=start,
+        window_end=start + WINDOW,
+        gpu_capacity=capacity,
+        gpus_allocated_avg=allocated,
+        gpus_allocated_max=allocated,
+        gpus_allocated_end=allocated,
+        allocation_rate_avg=allocated / capacity,
+        pods_running_end=int(allocated),
+        pods_pending_end=pending,
+    )
+
+
+def node_row(cluster: str, node: str, window: int, *, rate: float) -> NodeGpuAllocation:
+    start = T0 + window * WINDOW
+    return NodeGpuAllocation(
+        event_id=f"{cluster}/{node}/{window}",
+        cluster=cluster,
+        node=node,
+        window_start=start,
+        window_end=start + WINDOW,
+        gpu_capacity=8,
+        gpus_allocated_avg=8 * rate,
+        gpus_allocated_max=8,
+        gpus_allocated_end=8 * rate,
+        allocation_rate_avg=rate,
+        pods_running_end=1,
+    )
+
+
+def workload_row(cluster: str, uid: str, window: int, *, usage: float, gpus: float) -> WorkloadGpuUsage:
+    start = T0 + window * WINDOW
+    return WorkloadGpuUsage(
+        event_id=f"{cluster}/{uid}/{window}",
+        cluster=cluster,
+        workload_uid=uid,
+        workload_kind="PyTorchJob",
+        workload_name=f"job-{uid}",
+        namespace="ml",
+        window_start=start,
+        window_end=start + WINDOW,
+        gpus_allocated_avg=gpus,
+        gpus_allocated_max=gpus,
+        gpus_allocated_end=gpus,
+        utilization_avg=usage,
+        utilization_max=usage,
+        samples=10,
+        pods_active_end=2,
+    )
+
+
+def sample_batch(cluster: str, node: str, second: int, utilization: tuple[float, float]) -> GpuSampleBatch:
+    return GpuSampleBatch(
+        event_id=f"{cluster}/{node}/{second}",
+        cluster=cluster,
+        event_time=T0 + timedelta(seconds=second),
+        source="node-agent",
+        node=node,
+        samples=[
+            GpuSample(
+                device_id=f"gpu-{i}",
+                index=i,
+                utilization_pct=u,
+                power_watts=300 + u,
+                memory_used_bytes=int(u) << 30,
+            )
+            for i, u in enumerate(utilization)
+        ],
+    )
+
+
+def alert(cluster: str, name: str, entity: str, state: AlertState, second: int) -> Alert:
+    return Alert(
+        event_id=f"{cluster}/{name}/{entity}/{state}",
+        cluster=cluster,
+        event_time=T0 + timedelta(seconds=second),
+        source="gpulens-worker",
+        alert=name,
+        state=state,
+        entity=entity,
+        since=T0,
+        message=f"{name} {entity}",
+    )
+
+
+def publish(platform, codec: AvroCodec, records: Iterable[tuple[TopicSpec, Record]]) -> None:
+    producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 5}))
+    for spec, record in records:
+        producer.produce(spec.name, key=record_key(spec, record), value=codec.encode(spec, record))
+    assert producer.flush(30) == 0
+
+
+# --- scraping -----------------------------------------------------------------------------------
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def of_cluster(samples: Samples, cluster: str) -> Samples:
+    return {k: v for k, v in samples.items() if ("cluster", cluster) in k[1]}
+
+
+def wait_for(url: str, condition: Callable[[Samples], bool], what: str, timeout: float = 30) -> Samples:
+    """Scrape until ``condition`` holds; fail with the last scrape after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(url)
+        if condition(samples):
+            return samples
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last scrape: {sorted(samples.items())}")
+        time.sleep(0.1)
+
+
+def series(
+    metric: str, value: float, /, **labels: str
+) -> tuple[tuple[str, frozenset[tuple[str, str]]], float]:
+    return (metric, frozenset(labels.items())), value
+
+
+def gpu_series(cluster: str, node: str, index: int, utilization: float) -> Samples:
+    labels = {"cluster": cluster, "node": node, "gpu_id": str(index), "device_id": f"gpu-{index}"}
+    return dict(
+        [
+            series("gpu_utilization", utilization, **labels),
+            series("gpu_socket_power_watts", 300 + utilization, **labels),
+            series("gpu_memory_used_bytes", float(int(utilization) << 30), **labels),
+        ]
+    )
+
+
+def workload_series(cluster: str, uid: str, *, usage: float, gpus: float) -> Samples:
+    labels = {"cluster": cluster, "namespace": "ml", "kind": "PyTorchJob", "name": f"job-{uid}", "uid": uid}
+    return dict(
+        [
+            series("consumer_pod_gpu_usage", usage, **labels),
+            series("consumer_pod_gpu_allocated", gpus, **labels),
+            series("consumer_pod_active", 2, **labels),
+        ]
+    )
+
+
+# --- the command, on the catalog topics ------------------------------------------------------------
+
+
+@pytest.fixture
+def exporter_process(config_file: Path, unique: str) -> Iterator[str]:
+    """`gpulens exporter --port 0` as a process; yields its /metrics URL (read from its log)."""
+    log = config_file.parent / f"exporter-{unique}.log"
+    command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "exporter", "--port", "0",
+               "--group", f"exporter-{unique}"]  # fmt: skip
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 30
+        while (found := re.search(r"serving (http://\S+/metrics)", log.read_text())) is None:
+            assert process.poll() is None, f"exporter exited: {log.read_text()}"
+            assert time.monotonic() < deadline, f"exporter did not serve in time: {log.read_text()}"
+            time.sleep(0.1)
+        yield found.group(1)
+    finally:
+        process.terminate()
+        try:
+            assert process.wait(20) == 0, log.read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_the_command_shows_the_newest_row_of_every_series(
+    platform, codec, unique, config_file, request
+) -> None:
+    cluster = f"exp-{unique}"
+    publish(
+        platform,
+        codec,
+        [
+            (CLUSTER_ALLOCATION, cluster_row(cluster, 0, capacity=16, allocated=8, pending=3)),
+            (CLUSTER_ALLOCATION, cluster_row(cluster, 2, capacity=16, allocated=12, pending=1)),
+            # an older window arriving last (a replay, a late partition) hides nothing
+            (CLUSTER_ALLOCATION, cluster_row(cluster, 1, capacity=16, allocated=4, pending=5)),
+            (NODE_ALLOCATION, node_row(cluster, "n1", 0, rate=0.25)),
+            (NODE_ALLOCATION, node_row(cluster, "n1", 1, rate=0.875)),
+            (NODE_ALLOCATION, node_row(cluster, "n2", 1, rate=0.5)),
+            (WORKLOAD_USAGE, workload_row(cluster, "w1", 1, usage=40.0, gpus=4)),
+            (WORKLOAD_USAGE, workload_row(cluster, "w1", 2, usage=55.5, gpus=6)),
+            (GPU_SAMPLES, sample_batch(cluster, "n1", 5, (10.0, 20.0))),
+            (GPU_SAMPLES, sample_batch(cluster, "n1", 10, (3.0, 97.0))),
+            (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.OPENED, 600)),
+            (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.RESOLVED, 700)),
+            (ALERTS, alert(cluster, "NodeNotReady", "n2", AlertState.OPENED, 650)),
+        ],
+    )
+    url = request.getfixturevalue("exporter_process")  # started after the records: a restart
+    expected = dict(
+        [
+            series("gpu_allocation_rate", 0.75, cluster=cluster),
+            series("cluster_gpu_capacity", 16, cluster=cluster),
+            series("cluster_gpus_allocated", 12, cluster=cluster),
+            series("cluster_gpu_pods_pending", 1, cluster=cluster),
+            series("node_k8s_gpu_allocation_rate", 0.875, cluster=cluster, node="n1"),
+            series("node_k8s_gpu_allocation_rate", 0.5, cluster=cluster, node="n2"),
+            series("gpulens_alerts_open", 0, cluster=cluster, alert="GpuIdle"),
+            series("gpulens_alerts_open", 1, cluster=cluster, alert="NodeNotReady"),
+        ]
+    )
+    expected |= workload_series(cluster, "w1", usage=55.5, gpus=6)
+    expected |= gpu_series(cluster, "n1", 0, 3.0) | gpu_series(cluster, "n1", 1, 97.0)
+    wait_for(url, lambda s: of_cluster(s, cluster) == expected, f"the newest rows of {cluster}")
+
+
+# --- the exporter in-process, on private topics ------------------------------------------------------
+
+
+@pytest.fixture
+def private_topics(platform, unique) -> dict[str, TopicSpec]:
+    """The exported topics under private names (one partition), by their catalog name."""
+    topics = {
+        t.name: dataclasses.replace(t, name=f"{t.name}.{unique}", partitions=1) for t in EXPORTED_TOPICS
+    }
+    create_topics(platform.kafka, topics.values())
+    return topics
+
+
+@pytest.fixture
+def running_exporter(platform, codec, unique, private_topics) -> Iterator[tuple[str, str]]:
+    """An exporter on the private topics in a thread; yields its /metrics URL and group."""
+    group = f"exporter-{unique}"
+    settings = ExporterSettings(port=0, group_id=group, lag_interval_s=0.2)
+    exporter = Exporter(platform.kafka, codec, settings, topics=list(private_topics.values()))
+    host, port = exporter.serve()
+    stop = threading.Event()
+    thread = threading.Thread(target=exporter.run, args=(stop,), name="exporter")
+    thread.start()
+    try:
+        yield f"http://{host}:{port}/metrics", group
+    finally:
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def test_ended_workloads_disappear_and_health_is_counted(
+    platform, codec, unique, private_topics, running_exporter
+) -> None:
+    url, group = running_exporter
+    cluster = f"exp-{unique}"
+    workloads = private_topics[WORKLOAD_USAGE.name]
+    publish(
+        platform,
+        codec,
+        [
+            (workloads, workload_row(cluster, "short", 0, usage=10.0, gpus=1)),
+            (workloads, workload_row(cluster, "long", 0, usage=60.0, gpus=8)),
+        ],
+    )
+    producer = Producer(platform.kafka.librdkafka())
+    producer.produce(workloads.name, key=b"bad", value=b"not avro at all")
+    assert producer.flush(30) == 0
+
+    records_in = ("gpulens_exporter_records_in_total", frozenset({("topic", workloads.name)}))
+    dead = (
+        "gpulens_dead_letters_total",
+        frozenset({("topic", workloads.name), ("reason", "bad-magic-byte"), ("consumer", group)}),
+    )
+    lag = ("gpulens_consumer_lag_records", frozenset({("consumer", group), ("topic", workloads.name)}))
+    both = workload_series(cluster, "short", usage=10.0, gpus=1) | workload_series(
+        cluster, "long", usage=60.0, gpus=8
+    )
+    samples = wait_for(
+        url,
+        lambda s: of_cluster(s, cluster) == both and s.get(dead) == 1 and s.get(lag) == 0,
+        "two workloads, one dead letter, no lag",
+    )
+    assert samples[records_in] == 2
+    assert samples[("gpulens_exporter_batch_records_count", frozenset())] >= 1
+    assert samples[("gpulens_exporter_batch_records_sum", frozenset())] == 2
+    assert samples[("gpulens_exporter_batch_duration_seconds_count", frozenset())] >= 1
+    lag_series = {labels for name, labels in samples if name == lag[0] and ("consumer", group) in labels}
+    assert lag_series == {
+        frozenset({("consumer", group), ("topic", t.name)}) for t in private_topics.values()
+    }
+
+    # "short" ends; two windows later it is still shown, one more and it is gone
+    publish(
+        platform,
+        codec,
+        [(workloads, workload_row(cluster, "long", w, usage=60.0 + w, gpus=8)) for w in (1, 2)],
+    )
+    still = workload_series(cluster, "short", usage=10.0, gpus=1) | workload_series(
+        cluster, "long", usage=62.0, gpus=8
+    )
+    wait_for(url, lambda s: of_cluster(s, cluster) == still, "a workload two windows behind kept")
+    publish(platform, codec, [(workloads, workload_row(cluster, "long", 3, usage=63.0, gpus=8))])
+    gone = workload_series(cluster, "long", usage=63.0, gpus=8)
+    samples = wait_for(
+        url, lambda s: of_cluster(s, cluster) == gone, "a workload three windows behind dropped"
+    )
+    assert samples[records_in] == 5

@@ -1,0 +1,219 @@
+"""The ingest gateway with real gRPC and real brokers: who may publish, what is refused, when it acks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from fake_amdsmi import FakeAmdSmi, mi300x
+from gateway_support import TOKEN, event_ids, gateway_settings, private_topic, storage_event
+from test_agent_publishing import read_topic
+
+from gpulens.platform import free_port
+from infra.broker import noida_argv
+from infra.launching import ServiceManager, ServiceSpec
+from producers.agent import AgentSettings, build_agent
+from producers.agent.amd import AmdCollector
+from producers.gateway import (
+    BATCH_ID_METADATA,
+    Gateway,
+    GatewayClientSettings,
+    running_gateway,
+)
+from protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
+from schemas.codec import AvroCodec
+from schemas.settings import KafkaSettings
+from schemas.topics import CATALOG, DLQ, GPU_SAMPLES, TopicSpec, entity_key
+
+
+def batch(codec: AvroCodec, topic: TopicSpec, batch_id: str, count: int) -> ingest_pb2.EventBatch:
+    events = []
+    for i in range(count):
+        key, value = storage_event(codec, topic, f"{batch_id}-{i}", volume=f"vol-{i % 7}")
+        events.append(ingest_pb2.Event(topic=topic.name, key=key, value=value))
+    return ingest_pb2.EventBatch(batch_id=batch_id, events=events)
+
+
+@pytest.fixture
+def topic(platform, unique) -> TopicSpec:
+    return private_topic(platform.kafka, f"test.gateway.{unique}")
+
+
+@pytest.fixture
+def gateway(platform, codec, topic) -> Iterator[Gateway]:
+    with running_gateway(Gateway(gateway_settings(), platform.kafka, codec, topics=(topic, *CATALOG))) as gw:
+        yield gw
+
+
+@pytest.fixture
+def stub(gateway) -> Iterator[ingest_pb2_grpc.IngestStub]:
+    with grpc.insecure_channel(f"127.0.0.1:{gateway.port}") as channel:
+        yield ingest_pb2_grpc.IngestStub(channel)
+
+
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def rejected(gateway: Gateway, reason: str) -> float:
+    value = gateway.metrics.registry.get_sample_value(
+        "gpulens_gateway_rejected_batches_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer wrong"),), (("authorization", TOKEN),)])
+def test_a_missing_or_wrong_token_is_refused_and_nothing_is_published(
+    stub, gateway, platform, codec, topic, metadata
+):
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Publish(iter([batch(codec, topic, "b1", 10)]), metadata=metadata, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as refused_stream:
+        list(stub.Stream(iter([batch(codec, topic, "b2", 10)]), metadata=metadata, timeout=10))
+    assert refused_stream.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert rejected(gateway, "unauthenticated") == 2
+    # The next call with the right token is the only thing on the topic.
+    summary = stub.Publish(iter([batch(codec, topic, "b3", 10)]), metadata=AUTH, timeout=10)
+    assert (summary.batches, summary.events) == (1, 10)
+    assert set(event_ids(platform.kafka, codec, topic)) == {f"b3-{i}" for i in range(10)}
+
+
+def _garbage(event: ingest_pb2.Event) -> None:
+    event.value = event.value[:5] + b"\xff" * 3
+
+
+def _wrong_key(event: ingest_pb2.Event) -> None:
+    event.key = b"someone/else"
+
+
+def _unknown_topic(event: ingest_pb2.Event) -> None:
+    event.topic = "gpulens.nowhere.v1"
+
+
+def _dead_letter_topic(event: ingest_pb2.Event) -> None:
+    event.topic = DLQ.name
+
+
+@pytest.mark.parametrize(
+    ("spoil", "reason"),
+    [
+        (_garbage, "avro-decode-error"),
+        (_wrong_key, "key-mismatch"),
+        (_unknown_topic, "unknown-topic"),
+        (_dead_letter_topic, "dead-letter-topic"),
+    ],
+)
+def test_a_batch_with_one_bad_event_is_refused_whole_naming_the_event(
+    stub, gateway, platform, codec, topic, spoil, reason
+):
+    good = batch(codec, topic, "good", 20)
+    bad = batch(codec, topic, "bad", 20)
+    spoil(bad.events[13])
+    acks: list[str] = []
+    for call in (stub.Publish, stub.Stream):
+        with pytest.raises(grpc.RpcError) as refused:
+            answer = call(iter([good, bad]), metadata=AUTH, timeout=10)
+            if call is stub.Stream:
+                acks.extend(ack.batch_id for ack in answer)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "'bad', event 13: " + reason in refused.value.details()
+        assert dict(refused.value.trailing_metadata())[BATCH_ID_METADATA] == "bad"
+    assert acks == ["good"]  # a stream acks the batches before the bad one, then ends
+    assert rejected(gateway, reason) == 2
+    published = event_ids(platform.kafka, codec, topic)
+    assert set(published) == {f"good-{i}" for i in range(20)}  # the good batch, once though sent twice
+    assert set(published.values()) == {1}
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[tuple[KafkaSettings, ServiceManager, ServiceSpec]]:
+    """A noida broker of this test's own, which the test stops and starts again."""
+    port = free_port()
+    spec = ServiceSpec(
+        "kafka", noida_argv("127.0.0.1", port, tmp_path / "broker" / "data"), "127.0.0.1", port
+    )
+    services = ServiceManager(tmp_path / "broker")
+    services.start(spec)
+    kafka = KafkaSettings(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        extra={"reconnect.backoff.ms": "50", "reconnect.backoff.max.ms": "200"},
+    )
+    try:
+        yield kafka, services, spec
+    finally:
+        services.stop("kafka")
+
+
+def resend_until_acked(
+    stub: ingest_pb2_grpc.IngestStub, sent: ingest_pb2.EventBatch
+) -> list[ingest_pb2.BatchAck]:
+    """What a client does: send the same batch again while the answer is UNAVAILABLE (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return list(stub.Stream(iter([sent]), metadata=AUTH, timeout=30))
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+
+
+def test_a_batch_is_acked_only_after_the_broker_took_it_and_a_resend_publishes_it_once(own_broker, codec):
+    kafka, services, spec = own_broker
+    topic = private_topic(kafka, "test.gateway.outage")
+    settings = gateway_settings(ack_timeout_s=1.0)
+    with (
+        running_gateway(Gateway(settings, kafka, codec, topics=[topic])) as gateway,
+        grpc.insecure_channel(f"127.0.0.1:{gateway.port}") as channel,
+    ):
+        stub = ingest_pb2_grpc.IngestStub(channel)
+        assert stub.Publish(iter([batch(codec, topic, "before", 50)]), metadata=AUTH, timeout=10).events == 50
+
+        services.stop("kafka")
+        during = batch(codec, topic, "during", 50)
+        for call in (stub.Publish, stub.Stream):
+            with pytest.raises(grpc.RpcError) as unavailable:
+                answer = call(iter([during]), metadata=AUTH, timeout=10)
+                assert list(answer) == [], "no ack while the broker is away"
+            assert unavailable.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "'during'" in unavailable.value.details()
+
+        services.start(spec)
+        acks = resend_until_acked(stub, during)
+        assert [(a.batch_id, a.events) for a in acks] == [("during", 50)]
+        published_metric = gateway.metrics.registry.get_sample_value("gpulens_gateway_events_published_total")
+
+    published = event_ids(kafka, codec, topic)
+    assert set(published) == {f"before-{i}" for i in range(50)} | {f"during-{i}" for i in range(50)}
+    assert set(published.values()) == {1}
+    assert published_metric == 100
+
+
+def test_the_agent_configured_for_the_gateway_delivers_its_samples_through_it(
+    gateway, platform, codec, unique, tmp_path
+):
+    settings = AgentSettings(
+        node=f"gw-node-{unique}",
+        spool_dir=tmp_path / "spool",
+        transport="gateway",
+        gateway=GatewayClientSettings(address=f"127.0.0.1:{gateway.port}", token=TOKEN),
+    )
+    agent = build_agent(
+        settings,
+        cluster="gateway-test",
+        kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"),  # never used: the gateway publishes
+        codec=codec,
+        collectors=[AmdCollector(FakeAmdSmi([mi300x(0), mi300x(1)]))],
+    )
+    agent.start()
+    agent.tick()
+    agent.close()
+
+    assert agent.sender.in_flight == 0 and agent.sender.spooled == 0
+    key = entity_key("gateway-test", settings.node)
+    [samples] = [codec.decode(GPU_SAMPLES, v) for v in read_topic(platform.kafka, GPU_SAMPLES, key, 1)]
+    assert [s.index for s in samples.samples] == [0, 1]
+    received = gateway.metrics.registry.get_sample_value("gpulens_gateway_events_received_total")
+    assert received == 2  # the sample batch and the inventory, in one message
