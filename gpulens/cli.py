@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from gpulens.commands_replay import replay
 from gpulens.commands_sink import db, sink
 from gpulens.commands_watch import watch
 from gpulens.commands_worker import worker
+from gpulens.main_job import EXAMPLES
 from gpulens.platform import ORDER, manager, service_specs
 from schemas.exceptions import GPULensError
 
@@ -239,9 +242,29 @@ def smoke(context: Context) -> None:
 
 
 @cli.command("up")
+@click.option(
+    "--replay/--no-replay",
+    "with_replay",
+    default=True,
+    show_default=True,
+    help="Replay the public traces of ../shared/traces (the data source when no cluster is watched).",
+)
+@click.option("--foreground", is_flag=True, help="Stay attached after the report; Ctrl-C stops everything.")
 @pass_context
-def up(context: Context) -> None:
-    """Bring up the embedded platform, create the topics and run the main job."""
+def up(context: Context, with_replay: bool, foreground: bool) -> None:
+    """Bring up everything on this machine and show what the pipeline makes of real data.
+
+    \b
+    1. the embedded platform: Kafka broker, schema registry, ClickHouse engine + HTTP SQL
+    2. topics, a smoke check of every record type, the ClickHouse tables
+    3. the pipeline: worker (allocation, workloads, alerts, changelog), sink, exporter
+    4. data: the Alibaba GPU-cluster trace and the GenAI duty cycles, replayed
+    5. a report computed from ClickHouse, and where everything is
+    Idempotent: what runs already is left alone. Processes stay up (detached) until
+    `gpulens down`, unless --foreground.
+    """
+    from consumers.clickhouse.migrating import migrate
+    from gpulens.main_job import last_window_done, print_report, replay_traces, start_pipeline, wait_for
     from gpulens.smoke import run_smoke
     from schemas.topic_admin import create_topics
 
@@ -250,27 +273,47 @@ def up(context: Context) -> None:
     _platform_up(context)
     created = create_topics(settings.kafka)
     click.echo(f"topics: {len(created)} created, catalog complete")
-    click.echo("smoke flow (one record of every type through broker and registry):")
-    for r in run_smoke(settings):
-        click.echo(f"  {r.record_type:<16} -> {r.topic:<30} and back in {r.round_trip_ms:6.1f} ms")
-    from consumers.clickhouse.client import get_client
-
-    version = get_client(settings.clickhouse).command("SELECT version()")
-    click.echo(f"ClickHouse answers SQL: version {version}")
+    checked = run_smoke(settings)
+    click.echo(f"smoke: {len(checked)} record types through broker and registry and back")
+    applied = migrate(settings.clickhouse, samples_ttl_days=settings.sink.samples_ttl_days)
+    click.echo(f"ClickHouse: database {settings.clickhouse.database}, {len(applied)} migrations applied")
+    click.echo("pipeline:")
+    start_pipeline(settings, manager(settings), context.config_file, click.echo)
+    if with_replay:
+        click.echo(
+            "data: replaying the public traces (no Kubernetes cluster is watched; see `gpulens watch`)"
+        )
+        published, last = replay_traces(settings)
+        click.echo(f"  {published:,} events published; waiting for the last window in ClickHouse ...")
+        wait_for(
+            lambda: last_window_done(settings, f"{settings.cluster}-alibaba", last),
+            timeout=600,
+            what="the pipeline to write the replay's last window (see the logs in the state dir)",
+        )
+        print_report(settings, click.echo)
     click.echo(
         "\nready:\n"
         f"  Kafka            {settings.kafka.bootstrap_servers}\n"
         f"  schema registry  {settings.registry.url}\n"
-        f"  ClickHouse SQL   {settings.clickhouse.url}  (try: gpulens sql 'SELECT version()')\n"
+        f"  ClickHouse SQL   {settings.clickhouse.url}  (database {settings.clickhouse.database})\n"
+        f"  metrics          http://{settings.exporter.host}:{settings.exporter.port}/metrics\n"
         f"  logs             {settings.platform.state_dir / 'logs'}\n"
-        "stop with: gpulens down"
+        "try:\n" + "\n".join(f'  gpulens sql "{q}"' for q in EXAMPLES) + "\nstop with: gpulens down"
     )
+    if foreground:
+        click.echo("attached: Ctrl-C stops everything")
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+        click.get_current_context().invoke(down)
 
 
 @cli.command("down")
 @pass_context
 def down(context: Context) -> None:
-    """Stop everything `gpulens up` started."""
+    """Stop everything `gpulens up` started: the pipeline first (it flushes), then the platform."""
+    from gpulens.main_job import stop_pipeline
+
+    stop_pipeline(manager(context.settings), click.echo)
     _platform_down(context)
 
 

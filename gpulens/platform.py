@@ -101,7 +101,7 @@ def write_private_config(directory: Path, *, broker: str = "noida", kafka_port: 
     For tests, benchmarks and CI smoke runs that must not touch a platform already running.
     """
     kafka = kafka_port or free_port()
-    registry, clickhouse = free_port(), free_port()
+    registry, clickhouse, exporter = free_port(), free_port(), free_port()
     path = directory / "gpulens.toml"
     path.write_text(
         f"""cluster = "private"
@@ -115,6 +115,9 @@ url = "http://127.0.0.1:{registry}"
 [clickhouse]
 url = "http://127.0.0.1:{clickhouse}"
 http_port = {clickhouse}
+
+[exporter]
+port = {exporter}
 
 [platform]
 state_dir = "{directory / "state"}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.exceptions import ClickHouseError
 from consumers.clickhouse.rows import SINK_TOPICS
-from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
+from consumers.clickhouse.settings import SinkSettings
 from consumers.clickhouse.sinking import run_sink
 from schemas.codec import AvroCodec
 from schemas.models import Record
@@ -37,10 +37,12 @@ class SinkThread:
 
     def __init__(self, platform, codec: AvroCodec, unique: str, settings: SinkSettings = FAST) -> None:
         self.clickhouse = platform.clickhouse.model_copy(update={"database": f"sink_{unique}"})
-        self.topics = {spec.name: dataclasses.replace(spec, name=f"{spec.name}.{unique}") for spec in SINK_TOPICS}
+        self.topics = {
+            spec.name: dataclasses.replace(spec, name=f"{spec.name}.{unique}") for spec in SINK_TOPICS
+        }
         create_topics(platform.kafka, list(self.topics.values()))
         self._kafka, self._codec, self._settings = platform.kafka, codec, settings
-        self._group = f"sink-{unique}"
+        self.group = f"sink-{unique}"
         self._producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 5}))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,7 +58,7 @@ class SinkThread:
                     self._settings,
                     self._stop,
                     topics=list(self.topics.values()),
-                    group_id=self._group,
+                    group_id=self.group,
                 )
             except BaseException as err:
                 self._error = err
@@ -78,7 +80,9 @@ class SinkThread:
         topic = self.topics[spec.name]
         count = 0
         for record in records:
-            self._producer.produce(topic.name, key=record_key(topic, record), value=self._codec.encode(topic, record))
+            self._producer.produce(
+                topic.name, key=record_key(topic, record), value=self._codec.encode(topic, record)
+            )
             self._producer.poll(0)
             count += 1
         assert self._producer.flush(30) == 0
@@ -103,4 +107,3 @@ class SinkThread:
             return int(self.scalar(f"SELECT count() FROM {table} FINAL WHERE {where}"))
         except (ClickHouseError, DatabaseError):  # no database yet: the sink is still migrating
             return -1
-

@@ -129,21 +129,18 @@ def test_a_killed_service_shows_as_stale_and_up_restarts_it(own_platform: Path) 
     assert again.count("already running") == 2
 
 
-def test_gpulens_up_runs_the_smoke_flow_and_prints_where_things_are(own_platform: Path) -> None:
-    result = run(own_platform, "up")
-    for record_type in (
-        "NodeEvent",
-        "PodEvent",
-        "WorkloadEvent",
-        "DeviceInventory",
-        "GpuSampleBatch",
-        "ContainerEvent",
-        "StorageEvent",
-    ):
-        assert f"  {record_type}" in result.stdout
+def test_gpulens_up_starts_the_pipeline_and_down_stops_it(own_platform: Path) -> None:
+    result = run(own_platform, "up", "--no-replay")
+    assert "smoke: 7 record types through broker and registry and back" in result.stdout
+    for service in ("worker", "sink", "exporter"):
+        assert f"  {service:<11} started" in result.stdout
     assert "ClickHouse SQL" in result.stdout
-    sql = run(own_platform, "sql", "SELECT 1 + 1", "--format", "TSV")
-    assert sql.stdout == "2\n"
+    assert run(own_platform, "sql", "SELECT 1 + 1", "--format", "TSV").stdout == "2\n"
+    tables = run(own_platform, "sql", "SHOW TABLES FROM gpulens", "--format", "TSV").stdout.split()
+    assert {"cluster_gpu_allocation", "alerts", "workload_gpu_usage", "pod_events"} <= set(tables)
+    down = run(own_platform, "down").stdout
+    assert down.count("stopped") == 6
+    assert run(own_platform, "infra", "status").stdout.count("stopped") == 3
 
 
 def test_every_command_explains_itself() -> None:

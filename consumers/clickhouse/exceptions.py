@@ -1,10 +1,11 @@
 """Errors of the ClickHouse consumers.
 
     GPULensError
-    └── ClickHouseError            ClickHouse refused or could not run a statement
-        ├── ClickHouseUnavailable  temporary: unreachable, overloaded, timed out (retry later)
-        ├── StatementError         permanent: the statement or its data is wrong (retrying won't help)
-        └── MigrationError         a migration cannot be applied, or was edited after it was applied
+    ├── ClickHouseError            ClickHouse refused or could not run a statement
+    │   ├── ClickHouseUnavailable  temporary: unreachable, overloaded, timed out (retry later)
+    │   ├── StatementError         permanent: the statement or its data is wrong (retrying won't help)
+    │   └── MigrationError         a migration cannot be applied, or was edited after it was applied
+    └── SinkError                  the sink cannot start for a reason outside ClickHouse (missing topics)
 
 clickhouse-connect's errors are translated where they enter (:func:`translate`), with the
 table and the statement they concern.
@@ -51,3 +52,7 @@ def translate(err: DriverError, what: str) -> ClickHouseError:
     if isinstance(err, OperationalError) or code in TEMPORARY_CODES:
         return ClickHouseUnavailable(message, code=code)
     return StatementError(message, code=code)
+
+
+class SinkError(GPULensError):
+    """The sink cannot start or go on for a reason outside ClickHouse (e.g. missing topics)."""

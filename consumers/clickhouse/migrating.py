@@ -88,7 +88,8 @@ def migrate(settings: ClickHouseSettings, *, samples_ttl_days: int) -> list[str]
     _run(get_client(settings), f"CREATE DATABASE IF NOT EXISTS `{database}`", f"database {database}")
     client = get_client(settings, database=database)
     _run(client, _SCHEMA_MIGRATIONS, "schema_migrations")
-    applied = dict(_rows(client, "SELECT version, checksum FROM schema_migrations FINAL"))
+    recorded_rows = _rows(client, "SELECT version, checksum FROM schema_migrations FINAL")
+    applied = {row[0]: row[1] for row in recorded_rows}
     values = {"samples_ttl": SAMPLES_TTL.format(days=samples_ttl_days)}
     done: list[str] = []
     for migration in load_migrations():

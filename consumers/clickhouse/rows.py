@@ -14,9 +14,12 @@ from typing import Any
 
 from schemas.consuming import Decoded
 from schemas.models import (
+    Alert,
     ClusterGpuAllocation,
+    ClusterOverview,
     ContainerEvent,
     DeadLetter,
+    DeviceChange,
     DeviceInventory,
     Event,
     GpuSampleBatch,
@@ -25,6 +28,7 @@ from schemas.models import (
     PodEvent,
     Record,
     WorkloadEvent,
+    WorkloadGpuUsage,
 )
 from schemas.topics import CATALOG, TopicSpec
 
@@ -110,10 +114,16 @@ CLUSTER_GPU_ALLOCATION = Table("cluster_gpu_allocation", ("cluster", *ALLOCATION
 NODE_GPU_ALLOCATION = Table("node_gpu_allocation", ("cluster", "node", "gpu_model", *ALLOCATION_METRICS))
 DEAD_LETTERS = Table("dead_letters", DEAD_LETTER_COLUMNS)
 
+# Derived records are flat: one column per field, in the model's order.
+WORKLOAD_GPU_USAGE = Table("workload_gpu_usage", tuple(WorkloadGpuUsage.model_fields))
+CLUSTER_OVERVIEW = Table("cluster_overview", tuple(ClusterOverview.model_fields))
+ALERTS = Table("alerts", tuple(Alert.model_fields))
+DEVICE_CHANGELOG = Table("device_changelog", tuple(DeviceChange.model_fields))
+
 TABLES: tuple[Table, ...] = (
     *(NODES, NODE_EVENTS, PODS, POD_EVENTS, WORKLOADS, WORKLOAD_EVENTS, CONTAINERS, CONTAINER_EVENTS),
     *(CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, GPU_SAMPLES, CLUSTER_GPU_ALLOCATION),
-    *(NODE_GPU_ALLOCATION, DEAD_LETTERS),
+    *(NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW, ALERTS, DEVICE_CHANGELOG),
 )
 """Every table the sink writes."""
 
@@ -252,6 +262,14 @@ def _dead_letter(item: Decoded) -> list[tuple[Table, Row]]:
 
 Mapper = Callable[[Decoded], list[tuple[Table, Row]]]
 
+
+def _flat(table: Table) -> Mapper:
+    def mapper(item: Decoded) -> list[tuple[Table, Row]]:
+        return [(table, tuple(getattr(item.record, column) for column in table.columns))]
+
+    return mapper
+
+
 MAPPERS: dict[type[Record], Mapper] = {
     NodeEvent: _node,
     PodEvent: _pod,
@@ -262,6 +280,10 @@ MAPPERS: dict[type[Record], Mapper] = {
     ClusterGpuAllocation: _cluster_allocation,
     NodeGpuAllocation: _node_allocation,
     DeadLetter: _dead_letter,
+    WorkloadGpuUsage: _flat(WORKLOAD_GPU_USAGE),
+    ClusterOverview: _flat(CLUSTER_OVERVIEW),
+    Alert: _flat(ALERTS),
+    DeviceChange: _flat(DEVICE_CHANGELOG),
 }
 """The mapper of every record type the sink stores (storage events and watermarks: none yet)."""
 

@@ -17,9 +17,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 from prometheus_client import Counter, Histogram
 
 from consumers.clickhouse.client import get_client
+from consumers.clickhouse.exceptions import SinkError
 from consumers.clickhouse.migrating import migrate
 from consumers.clickhouse.rows import SINK_TOPICS, Row, Table, rows_of
 from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
@@ -134,7 +136,8 @@ def run_sink(
 ) -> None:
     """Migrate, then sink ``topics`` into ``clickhouse.database`` until ``stop`` is set.
 
-    Waits (with the settings' backoff) for ClickHouse to answer before it starts.
+    Waits (with the settings' backoff) for ClickHouse to answer before it starts. One sink
+    per group: it reads every partition of ``topics``.
     """
     backoff = settings.retry_backoff_s
 
@@ -145,6 +148,28 @@ def run_sink(
         return TableWriter(client, backoff=backoff, stop=stop)
 
     writer = retrying(connect, operation="connect", backoff=backoff, stop=stop)
-    consumer = DecodingConsumer(kafka, codec, group_id=group_id or settings.group_id, topics=topics)
+    group = group_id or settings.group_id
+    start = _every_partition(kafka, group, topics)
+    consumer = DecodingConsumer(kafka, codec, group_id=group, topics=topics, start=start)
     log.info("sinking %d topics into %s/%s", len(topics), clickhouse.url, clickhouse.database)
     ClickHouseSink(consumer, writer, settings).run(stop)
+
+
+def _every_partition(kafka: KafkaSettings, group: str, topics: Sequence[TopicSpec]) -> list[TopicPartition]:
+    """Every partition of ``topics``, from the group's committed offsets.
+
+    One sink process per group reads them all (assigned, not subscribed): on the embedded
+    broker a SIGKILLed group member is never expired, so a subscribed successor would wait
+    for a rebalance forever; assigned, it resumes at once.
+    """
+    consumer = Consumer(kafka.librdkafka(**{"group.id": group}))
+    try:
+        metadata = consumer.list_topics(timeout=30).topics
+    finally:
+        consumer.close()
+    missing = [t.name for t in topics if t.name not in metadata]
+    if missing:
+        raise SinkError(f"topics missing: {', '.join(missing)}; run `gpulens topics create`")
+    return [
+        TopicPartition(t.name, p, OFFSET_STORED) for t in topics for p in sorted(metadata[t.name].partitions)
+    ]
