@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.migrating import load_migrations, migrate
+from consumers.clickhouse.queries import ADAPTER_VIEWS
 from consumers.clickhouse.rows import TABLES
 
 
@@ -22,7 +25,7 @@ def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique)
         "SELECT table, name FROM system.columns WHERE database = currentDatabase() ORDER BY table, position"
     ).result_rows:
         columns.setdefault(table, []).append(column)
-    assert set(columns) == {t.name for t in TABLES} | {"schema_migrations"}
+    assert set(columns) == {t.name for t in TABLES} | {"schema_migrations", *ADAPTER_VIEWS}
     for table in TABLES:
         assert columns[table.name] == list(table.columns), f"{table.name}: SQL and rows.py disagree"
 
@@ -37,3 +40,36 @@ def test_changing_the_samples_ttl_is_applied_once(platform, unique) -> None:
         f"SELECT engine_full FROM system.tables WHERE database = 'ttl_{unique}' AND name = 'gpu_samples'"
     )
     assert "toIntervalDay(7)" in engine
+
+
+SAMPLE_COLUMNS = ["cluster", "node", "device_id", "gpu_index", "event_time", "utilization_pct", "event_id"]
+USAGE_COLUMNS = [
+    *("event_id", "cluster", "workload_uid", "workload_kind", "workload_name", "namespace", "window_start"),
+    *("window_end", "gpus_allocated_avg", "gpus_allocated_max", "gpus_allocated_end", "utilization_avg"),
+    *("utilization_max", "samples", "pods_active_end"),
+]
+
+
+def test_primus_safe_adapter_views(platform, unique) -> None:
+    settings = platform.clickhouse.model_copy(update={"database": f"views_{unique}"})
+    migrate(settings, samples_ttl_days=30)
+    client = get_client(settings, database=settings.database)
+    newest = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)  # inside the samples' TTL
+    samples = [  # node n1: 20 % long ago, then 40 % and 60 % within the last 5 minutes
+        ("c", "n1", "g0", 0, newest - timedelta(minutes=30), 20.0, "e1"),
+        ("c", "n1", "g0", 0, newest - timedelta(minutes=4), 40.0, "e2"),
+        ("c", "n1", "g1", 1, newest, 60.0, "e3"),
+    ]
+    client.insert("gpu_samples", samples, column_names=SAMPLE_COLUMNS)
+    hour = timedelta(hours=1)
+    older = ("a", "c", "w", "Deployment", "web", "ns", newest - hour, newest, 2.0, 2.0, 2.0, 10.0, 20.0, 5, 2)
+    newer = ("b", "c", "w", "Deployment", "web", "ns", newest, newest + hour, 3.0, 4.0, 4.0, 30.0, 50.0, 9, 4)
+    client.insert("workload_gpu_usage", [older, newer], column_names=USAGE_COLUMNS)
+
+    nodes = client.query("SELECT cluster, node, gpu_utilization FROM node_statistic").result_rows
+    assert nodes == [("c", "n1", 50.0)]
+    workloads = client.query(
+        "SELECT workload_kind, workload_name, gpu_allocated, gpu_utilization, active_pods "
+        "FROM workload_statistic"
+    ).result_rows
+    assert workloads == [("Deployment", "web", 4.0, 30.0, 4)]

@@ -46,3 +46,7 @@ SELECT
     (SELECT countIf(s.1) FROM pods_at) AS pods_running,
     (SELECT countIf(s.3) FROM pods_at) AS pods_pending"""
 """Capacity, GPUs held, GPU pods running and pending at ``at`` (DESIGN.md definitions)."""
+
+
+ADAPTER_VIEWS = ("node_statistic", "workload_statistic")
+"""Views that give Primus-SaFE's adapter tables (migration 0007)."""
