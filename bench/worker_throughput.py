@@ -20,7 +20,6 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from gpulens.platform import private_platform
-from pipeline import running
 from pipeline.alerting import AlertRules
 from pipeline.operators import AlertOperator, AllocationOperator, DeviceChangelogOperator, Operator
 from pipeline.running import StreamWorker, WorkerOptions
@@ -65,11 +64,9 @@ def run_worker(settings, codec: AvroCodec, name: str, operators: list[Operator])
     worker = StreamWorker(
         settings.kafka, codec, operators, WorkerOptions(group_id=f"bench-{name}", idle_ms=500)
     )
-    before = sum(running.RECORDS_IN.labels(s.name)._value.get() for op in operators for s in op.inputs)
     stop = threading.Event()
     start = time.perf_counter()
-    done = lambda: sum(running.RECORDS_IN.labels(s.name)._value.get() for op in operators for s in op.inputs)  # noqa: E731
-    while done() - before < expected:
+    while worker.processed < expected:
         worker.step()
     elapsed = time.perf_counter() - start
     stop.set()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
@@ -28,7 +29,7 @@ from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
-from schemas.models import Event, Record
+from schemas.models import Event, Record, Watermark
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec, record_key
 
@@ -50,6 +51,8 @@ class WorkerOptions:
     cycle_s: float = 1.0
     """Longest time between two transaction commits."""
     cycle_records: int = 20_000
+    report_s: float = 10.0
+    """How often progress is logged."""
 
 
 class StreamWorker:
@@ -75,13 +78,13 @@ class StreamWorker:
                 }
             )
         )
+        partitions = self._partitions()
+        self._fence(kafka, self._consumer.committed(partitions, timeout=30))
+        self._incarnation = f"{options.group_id}-{uuid.uuid4().hex[:12]}"
         self._producer = Producer(
-            kafka.librdkafka(
-                **{"transactional.id": f"{options.group_id}-worker", "linger.ms": 20, "acks": "all"}
-            )
+            kafka.librdkafka(**{"transactional.id": self._incarnation, "linger.ms": 20, "acks": "all"})
         )
         self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
-        partitions = self._partitions()
         self._last_ms: dict[tuple[str, int], int] = {}
         self._fetched: dict[tuple[str, int], int] = {}
         """Next offset to fetch per partition."""
@@ -92,12 +95,34 @@ class StreamWorker:
         self._restore(kafka)
         committed = self._consumer.committed(partitions, timeout=30)
         self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
-        self._positions: dict[tuple[str, int], int] = {}
+        self._positions: dict[tuple[str, int], int] = dict(self._resume)
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
         self._producer.init_transactions(30)
         self._producer.begin_transaction()
-        self._pending = 0
-        self._cycle_started = time.monotonic()
+        self._commit()  # claims every partition for this incarnation before it publishes anything
+        self.processed = 0
+        """Records processed since start (replayed ones included)."""
+        self.published = 0
+        """Rows published since start."""
+        self._reported = (time.monotonic(), 0)
+        log.info(
+            "worker %s: resuming after %d committed input records; rows published before are skipped",
+            options.group_id,
+            sum(self._resume.values()),
+        )
+
+    def _fence(self, kafka: KafkaSettings, committed: list[TopicPartition]) -> None:
+        """Abort what the previous incarnation left open, and stop it if it still runs.
+
+        Each incarnation has its own transactional id, named in the metadata of the offsets it
+        commits. A transactional id is never reused after a crash: noida-db keeps listing the
+        aborted transaction in later fetches, and read_committed consumers positioned past it
+        then skip every later record of that producer (measured: the rows of a restarted worker
+        never reached a running sink).
+        """
+        for previous in sorted({tp.metadata for tp in committed if tp.metadata}):
+            log.info("worker %s: fencing the previous incarnation %s", self._options.group_id, previous)
+            Producer(kafka.librdkafka(**{"transactional.id": previous})).init_transactions(30)
 
     def _restore(self, kafka: KafkaSettings) -> None:
         """Tell each operator what it already published (read back, committed only)."""
@@ -169,6 +194,22 @@ class StreamWorker:
             self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s
         ):
             self._commit()
+        if time.monotonic() - self._reported[0] >= self._options.report_s:
+            self._report()
+
+    def _report(self) -> None:
+        now, before = time.monotonic(), self._reported
+        rate = (self.processed - before[1]) / max(now - before[0], 1e-9)
+        waiting = [f"{t}/{p}" for (t, p), since in self._ends.since.items() if since is None]
+        log.info(
+            "processed %d records (%.0f/s), published %d rows, %d buffered%s",
+            self.processed,
+            rate,
+            self.published,
+            sum(m.buffered for m in self._merges.values()),
+            f", waiting on {', '.join(waiting[:5])}" if waiting else "",
+        )
+        self._reported = (now, self.processed)
 
     def _take(self, message: Message) -> None:
         topic, partition = message.topic() or "", message.partition() or 0
@@ -212,12 +253,17 @@ class StreamWorker:
         record = item.record
         replaying = item.offset < self._resume.get((item.topic, item.partition), 0)
         RECORDS_IN.labels(item.topic).inc()
+        self.processed += 1
         if isinstance(record, DecodeError):
             if not replaying:
                 self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
                                reason=record.reason.value, detail=record.detail)  # fmt: skip
                 self._advance(item.topic, item.partition, item.offset)
             return
+        if isinstance(record, Watermark) and record.final:
+            log.info(
+                "final watermark of cluster %s at %s: closing its windows", record.cluster, record.event_time
+            )
         late: LateEvent | None = None
         for operator in self._routes[item.topic]:
             try:
@@ -230,6 +276,7 @@ class StreamWorker:
                 spec = operator.output(row)
                 self._produce(spec, row)
                 ROWS_OUT.labels(spec.name).inc()
+                self.published += 1
         if late is not None:
             LATE.inc()
             if not replaying:
@@ -255,7 +302,9 @@ class StreamWorker:
 
     def _commit(self) -> None:
         if self._positions:
-            offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
+            offsets = [
+                TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in self._positions.items()
+            ]
             self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
         self._producer.commit_transaction(30)
         self._producer.begin_transaction()

@@ -129,11 +129,6 @@ def test_replay_through_the_worker_gives_the_csv_rows(
     assert rows[-1].gpus_allocated_end == 0.0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (passed 5 of 8 runs): after SIGKILL and restart, the window closed by the "
-    "replay's final watermark is sometimes not published; every other window is exactly once. Issue #5.",
-)
 def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     platform, codec, config_file, unique, processes
 ) -> None:
