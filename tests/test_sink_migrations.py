@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.migrating import load_migrations, migrate
-from consumers.clickhouse.queries import ADAPTER_VIEWS
+from consumers.clickhouse.queries import ADAPTER_VIEWS, DERIVED_TABLES
 from consumers.clickhouse.rows import TABLES
 
 
@@ -25,7 +25,7 @@ def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique)
         "SELECT table, name FROM system.columns WHERE database = currentDatabase() ORDER BY table, position"
     ).result_rows:
         columns.setdefault(table, []).append(column)
-    assert set(columns) == {t.name for t in TABLES} | {"schema_migrations", *ADAPTER_VIEWS}
+    assert set(columns) == {t.name for t in TABLES} | {"schema_migrations", *ADAPTER_VIEWS, *DERIVED_TABLES}
     for table in TABLES:
         assert columns[table.name] == list(table.columns), f"{table.name}: SQL and rows.py disagree"
 

@@ -201,7 +201,8 @@ def test_a_record_delivered_twice_is_stored_once(platform, sink, unique) -> None
     wait_for(lambda: _caught_up(platform, sink), 30, "the sink to commit the second delivery")
 
     expected = {
-        "nodes": 1, "node_events": 1, "pods": 1, "pod_events": 1, "workloads": 1, "workload_events": 1,
+        "nodes": 1, "node_events": 1, "pods": 1, "pod_events": 1, "workload_pods": 1, "workloads": 1,
+        "workload_events": 1,
         "containers": 1, "container_events": 1, "container_devices": 3, "gpu_devices": 2,
         "rdma_devices": 1, "gpu_samples": 2, "cluster_gpu_allocation": 1, "node_gpu_allocation": 1,
     }  # fmt: skip
@@ -211,6 +212,51 @@ def test_a_record_delivered_twice_is_stored_once(platform, sink, unique) -> None
     }
     assert stored == expected
     assert sink.scalar("SELECT count() FROM dead_letters FINAL WHERE consumer = 'sink-test'") == 1
+
+
+def test_workload_pods_holds_each_pod_of_a_workload_once_in_its_newest_state(sink, unique) -> None:
+    cluster, at = f"wp-{unique}", datetime.now(UTC).replace(microsecond=0)
+    pod = _examples(cluster, at)[PODS]
+    assert isinstance(pod, PodEvent) and pod.owners
+    later = pod.model_copy(
+        update={
+            "event_id": f"{pod.event_id}-later",
+            "event_time": at + timedelta(minutes=5),
+            "phase": "Succeeded",
+        }
+    )
+    deleted = later.model_copy(
+        update={
+            "event_id": f"{pod.event_id}-deleted",
+            "event_time": at + timedelta(minutes=6),
+            "type": ChangeType.DELETED,
+        }
+    )
+    sibling = pod.model_copy(update={"event_id": f"{pod.event_id}-sibling", "uid": "sibling", "name": "w-1"})
+    sink.publish(PODS, [pod, later, pod, sibling, deleted])
+    sink.wait_rows("pod_events", 4, f"cluster = '{cluster}'")
+    rows = (
+        sink.client()
+        .query(
+            "SELECT workload_uid, workload_kind, workload_name, pod_uid, phase, deleted, last_seen "
+            "FROM workload_pods FINAL WHERE cluster = {c:String} ORDER BY pod_uid",
+            parameters={"c": cluster},
+        )
+        .result_rows
+    )
+    top = pod.owners[-1]
+    assert [tuple(r) for r in rows] == [
+        (
+            top.uid,
+            top.kind,
+            top.name,
+            pod.uid,
+            "Succeeded",
+            True,
+            (at + timedelta(minutes=6)).replace(tzinfo=None),
+        ),
+        (top.uid, top.kind, top.name, "sibling", pod.phase, False, at.replace(tzinfo=None)),
+    ]
 
 
 def test_the_engine_honours_insert_deduplication_tokens(platform, unique) -> None:
