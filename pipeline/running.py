@@ -27,6 +27,7 @@ from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator
 from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
+from schemas.consuming import IdlePartitions
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
 from schemas.models import Event, Record, Watermark
@@ -74,7 +75,6 @@ class StreamWorker:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": 100,
                 }
             )
         )
@@ -97,6 +97,7 @@ class StreamWorker:
         self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
         self._positions: dict[tuple[str, int], int] = dict(self._resume)
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+        self._idle = IdlePartitions(self._consumer)
         self._producer.init_transactions(30)
         self._producer.begin_transaction()
         self._commit()  # claims every partition for this incarnation before it publishes anything
@@ -186,6 +187,7 @@ class StreamWorker:
         """Fetch, merge, process what is ready, and commit when the cycle is full or old."""
         for message in self._consumer.consume(5_000, timeout):
             self._take(message)
+        self._idle.tick()
         for merge in list(self._merges.values()):
             for item in merge.release():
                 self._process(item)
@@ -218,6 +220,7 @@ class StreamWorker:
             if error.code() == KafkaError._PARTITION_EOF:
                 self._fetched[(topic, partition)] = message.offset() or 0
                 self._ends.reached((topic, partition))
+                self._idle.at_end(topic, partition)
                 return
             if error.fatal() or not error.retriable():
                 raise PipelineError(f"{topic}/{partition}: {error.str()}")

@@ -9,11 +9,12 @@ nothing is skipped silently. A registry outage is not the record's fault: it rai
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
@@ -27,6 +28,54 @@ log = logging.getLogger(__name__)
 
 class ConsumeError(GPULensError):
     """The broker returned an error for a topic/partition."""
+
+
+class IdlePartitions:
+    """Stops fetching partitions that are at their end, and fetches them again after ``backoff_s``.
+
+    noida-db answers a fetch at once even when it has nothing (it ignores fetch.wait.max.ms),
+    so librdkafka re-fetches in a tight loop: an idle consumer of 53 partitions used 25-50 % of
+    a core (measured), about 2 % with this. A resumed partition delivers what arrived
+    meanwhile and reports its end again (librdkafka repeats the end-of-partition event after a
+    resume), which pauses it again; a record reaching a quiet partition waits at most
+    ``backoff_s`` plus one fetch. Needs ``enable.partition.eof``: call :meth:`at_end` on each
+    end-of-partition event and :meth:`tick` once per poll.
+    """
+
+    def __init__(
+        self, consumer: Consumer, *, backoff_s: float = 0.25, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._consumer = consumer
+        self._backoff_s, self._clock = backoff_s, clock
+        self._paused: dict[tuple[str, int], float] = {}
+
+    def at_end(self, topic: str, partition: int) -> None:
+        """``partition`` has nothing more for now: stop fetching it for a while."""
+        self._paused[(topic, partition)] = self._clock()
+        self._call(self._consumer.pause, [(topic, partition)])
+
+    def tick(self) -> None:
+        """Fetch again the partitions paused for ``backoff_s``."""
+        if not self._paused:
+            return
+        now = self._clock()
+        due = [p for p, since in self._paused.items() if now - since >= self._backoff_s]
+        for partition in due:
+            del self._paused[partition]
+        if due:
+            self._call(self._consumer.resume, due)
+
+    @property
+    def paused(self) -> int:
+        """Partitions not being fetched now."""
+        return len(self._paused)
+
+    @staticmethod
+    def _call(action: Callable[[list[TopicPartition]], None], partitions: list[tuple[str, int]]) -> None:
+        try:
+            action([TopicPartition(t, p) for t, p in partitions])
+        except KafkaException as err:  # revoked by a rebalance meanwhile: nothing to pause or resume
+            log.debug("pause/resume of %d partitions: %s", len(partitions), err)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +113,7 @@ class DecodingConsumer:
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "session.timeout.ms": 6000,
+                    "enable.partition.eof": True,
                     **(overrides or {}),
                 }
             )
@@ -72,6 +122,7 @@ class DecodingConsumer:
             self._consumer.subscribe([t.name for t in topics])
         else:
             self._consumer.assign(list(start))
+        self._idle = IdlePartitions(self._consumer)
         self._dlq_producer = Producer(kafka.librdkafka(**{"acks": "all", "enable.idempotence": True}))
         self._dlq = DeadLetterPublisher(self._dlq_producer, codec, consumer=group_id)
         self._positions: dict[tuple[str, int], int] = {}
@@ -82,6 +133,9 @@ class DecodingConsumer:
         for message in self._consumer.consume(max_records, timeout):
             error = message.error()
             if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self._idle.at_end(message.topic() or "", message.partition() or 0)
+                    continue
                 if error.fatal() or not error.retriable():
                     raise ConsumeError(f"{message.topic()}/{message.partition()}: {error.str()}")
                 log.warning("transient consume error: %s", error.str())
@@ -97,7 +151,9 @@ class DecodingConsumer:
                         record,
                     )
                 )
-            self._positions[(message.topic() or "", message.partition() or 0)] = (message.offset() or 0) + 1
+            where = (message.topic() or "", message.partition() or 0)
+            self._positions[where] = (message.offset() or 0) + 1
+        self._idle.tick()
         return decoded
 
     def _decode(self, message: Message) -> Record | None:
