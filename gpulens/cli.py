@@ -6,6 +6,8 @@ import contextlib
 import logging
 import signal
 import sys
+import threading
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -245,26 +247,34 @@ def smoke(context: Context) -> None:
 @click.option(
     "--replay/--no-replay",
     "with_replay",
-    default=True,
-    show_default=True,
-    help="Replay the public traces of ../shared/traces (the data source when no cluster is watched).",
+    default=None,
+    help="Replay the public traces of ../shared/traces [default: when no Kubernetes cluster is reachable].",
 )
 @click.option("--foreground", is_flag=True, help="Stay attached after the report; Ctrl-C stops everything.")
 @pass_context
-def up(context: Context, with_replay: bool, foreground: bool) -> None:
+def up(context: Context, with_replay: bool | None, foreground: bool) -> None:
     """Bring up everything on this machine and show what the pipeline makes of real data.
 
     \b
     1. the embedded platform: Kafka broker, schema registry, ClickHouse engine + HTTP SQL
     2. topics, a smoke check of every record type, the ClickHouse tables
-    3. the pipeline: worker (allocation, workloads, alerts, changelog), sink, exporter
-    4. data: the Alibaba GPU-cluster trace and the GenAI duty cycles, replayed
+    3. the pipeline: worker, sink, exporter, kept running by a supervisor (a process that
+       exits is restarted and the restart shown by `gpulens status`)
+    4. data: the Kubernetes watchers when a kubeconfig or in-cluster account is there,
+       otherwise the Alibaba GPU-cluster trace and the GenAI duty cycles, replayed
     5. a report computed from ClickHouse, and where everything is
     Idempotent: what runs already is left alone. Processes stay up (detached) until
     `gpulens down`, unless --foreground.
     """
     from consumers.clickhouse.migrating import migrate
-    from gpulens.main_job import last_window_done, print_report, replay_traces, start_pipeline, wait_for
+    from gpulens.main_job import (
+        kubernetes_reachable,
+        last_window_done,
+        print_report,
+        replay_traces,
+        start_pipeline,
+        wait_for,
+    )
     from gpulens.smoke import run_smoke
     from schemas.topic_admin import create_topics
 
@@ -277,9 +287,12 @@ def up(context: Context, with_replay: bool, foreground: bool) -> None:
     click.echo(f"smoke: {len(checked)} record types through broker and registry and back")
     applied = migrate(settings.clickhouse, samples_ttl_days=settings.sink.samples_ttl_days)
     click.echo(f"ClickHouse: database {settings.clickhouse.database}, {len(applied)} migrations applied")
+    watch = kubernetes_reachable()
     click.echo("pipeline:")
-    start_pipeline(settings, manager(settings), context.config_file, click.echo)
-    if with_replay:
+    start_pipeline(settings, manager(settings), context.config_file, click.echo, watch=watch)
+    if watch:
+        click.echo("data: watching the Kubernetes cluster of the kubeconfig (gpulens watch)")
+    if with_replay or (with_replay is None and not watch):
         click.echo(
             "data: replaying the public traces (no Kubernetes cluster is watched; see `gpulens watch`)"
         )
@@ -320,8 +333,43 @@ def down(context: Context) -> None:
 @cli.command("status")
 @pass_context
 def status(context: Context) -> None:
-    """What runs, where (same as `gpulens infra status`)."""
+    """What runs, where: the platform, the pipeline's processes, and their restarts."""
+    from gpulens.main_job import PIPELINE, SUPERVISOR
+    from infra.launching import State
+    from infra.supervising import read_restarts
+
+    services = manager(context.settings)
     click.get_current_context().invoke(infra_status)
+    for name in (SUPERVISOR, *PIPELINE):
+        current = services.status(name)
+        if current.state is State.STOPPED and name != SUPERVISOR:
+            continue
+        where = f"pid {current.pid}  log {current.log}" if current.pid else ""
+        click.echo(f"  {name:<11} {current.state.value:<8} {where}")
+    for restart in read_restarts(services):
+        when = datetime.fromtimestamp(restart.at).isoformat(timespec="seconds")
+        click.echo(f"  restarted {restart.name} at {when} ({restart.exit_status}; restart {restart.count})")
+
+
+@cli.command("supervise")
+@click.option("--watch", is_flag=True, help="Also run `gpulens watch` (a Kubernetes cluster is reachable).")
+@pass_context
+def supervise(context: Context, watch: bool) -> None:
+    """Run the pipeline's processes (worker, sink, exporter) and restart any that exits.
+
+    `gpulens up` starts this in the background; `gpulens down` stops it, and it stops the
+    processes it runs (each writes what it buffers first). Restarts are logged and shown
+    by `gpulens status`.
+    """
+    from gpulens.main_job import pipeline_specs
+    from infra.supervising import Supervisor
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _s, _f: stop.set())
+    specs = pipeline_specs(context.settings, context.config_file, watch=watch)
+    log.info("supervising %s", ", ".join(specs))
+    Supervisor(manager(context.settings), list(specs.values())).run(stop)
 
 
 @cli.command("sql")

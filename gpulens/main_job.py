@@ -7,6 +7,7 @@ the public traces are replayed so that there is real data to look at.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,22 +17,27 @@ from pathlib import Path
 import click
 
 from gpulens.config import GPULensSettings
-from infra.launching import ServiceManager, ServiceSpec
+from infra.launching import ServiceManager, ServiceSpec, State
 
-WORKER, SINK, EXPORTER = "worker", "sink", "exporter"
-PIPELINE = (WORKER, SINK, EXPORTER)
-"""Started after the platform, stopped before it."""
+WORKER, SINK, EXPORTER, WATCHER, SUPERVISOR = "worker", "sink", "exporter", "watcher", "supervisor"
+PIPELINE = (WORKER, SINK, EXPORTER, WATCHER)
+"""Started (by the supervisor) after the platform, stopped before it."""
 
 DEMO_WINDOW_S = 3600
 """The traces span months: hourly windows keep the demo's tables readable."""
 
 
-def pipeline_specs(settings: GPULensSettings, config_file: Path | None) -> dict[str, ServiceSpec]:
-    """The pipeline's long-running processes, as `gpulens up` starts them."""
+def _python(config_file: Path | None) -> list[str]:
     python = [sys.executable, "-m", "gpulens"]
-    if config_file is not None:
-        python += ["--config", str(config_file.resolve())]
-    return {
+    return [*python, "--config", str(config_file.resolve())] if config_file is not None else python
+
+
+def pipeline_specs(
+    settings: GPULensSettings, config_file: Path | None, *, watch: bool = False
+) -> dict[str, ServiceSpec]:
+    """The pipeline's long-running processes, as the supervisor runs them (in this order)."""
+    python = _python(config_file)
+    specs = {
         WORKER: ServiceSpec(WORKER, [*python, "worker", "--window", str(DEMO_WINDOW_S), "--no-nodes"]),
         SINK: ServiceSpec(SINK, [*python, "sink"]),
         EXPORTER: ServiceSpec(
@@ -42,21 +48,56 @@ def pipeline_specs(settings: GPULensSettings, config_file: Path | None) -> dict[
             hint="set GPULENS_EXPORTER__PORT to another port",
         ),
     }
+    if watch:
+        specs[WATCHER] = ServiceSpec(WATCHER, [*python, "watch"])
+    return specs
+
+
+def kubernetes_reachable() -> bool:
+    """A cluster to watch: in-cluster service account, $KUBECONFIG or ~/.kube/config."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    configured = os.environ.get("KUBECONFIG")
+    return (
+        any(Path(p).is_file() for p in configured.split(os.pathsep))
+        if configured
+        else (Path.home() / ".kube" / "config").is_file()
+    )
+
+
+def supervisor_spec(config_file: Path | None, *, watch: bool) -> ServiceSpec:
+    """`gpulens supervise`: the process that keeps the pipeline running after `up` returns."""
+    argv = [*_python(config_file), "supervise"]
+    return ServiceSpec(SUPERVISOR, [*argv, "--watch"] if watch else argv)
 
 
 def start_pipeline(
-    settings: GPULensSettings, services: ServiceManager, config_file: Path | None, echo: Callable[[str], None]
+    settings: GPULensSettings,
+    services: ServiceManager,
+    config_file: Path | None,
+    echo: Callable[[str], None],
+    *,
+    watch: bool = False,
 ) -> None:
-    """Start the worker, the sink and the exporter unless they run already."""
-    for name, spec in pipeline_specs(settings, config_file).items():
-        status, started = services.start(spec)
-        echo(f"  {name:<11} {'started' if started else 'already running':<16} pid {status.pid}")
+    """Start the supervisor, and wait until it has every pipeline process running."""
+    status, started = services.start(supervisor_spec(config_file, watch=watch))
+    echo(f"  {SUPERVISOR:<11} {'started' if started else 'already running':<16} pid {status.pid}")
+    for name in pipeline_specs(settings, config_file, watch=watch):
+        wait_for(
+            lambda name=name: services.status(name).state is State.RUNNING,  # type: ignore[misc]
+            timeout=180,
+            what=f"the supervisor to start {name} (see {services.log_path(SUPERVISOR)})",
+        )
+        echo(f"  {name:<11} {'running':<16} pid {services.status(name).pid}")
 
 
 def stop_pipeline(services: ServiceManager, echo: Callable[[str], None]) -> None:
-    """Stop the pipeline's processes (they flush what they hold on SIGTERM)."""
+    """Stop the supervisor (it stops what it runs, each flushing), then anything left over."""
+    stopped = services.stop(SUPERVISOR, timeout=120)
+    echo(f"  {SUPERVISOR:<11} {'stopped' if stopped else 'was not running'}")
     for name in reversed(PIPELINE):
-        echo(f"  {name:<11} {'stopped' if services.stop(name, timeout=60) else 'was not running'}")
+        if services.stop(name, timeout=60):  # left behind by a supervisor that was killed
+            echo(f"  {name:<11} stopped")
 
 
 def replay_traces(settings: GPULensSettings) -> tuple[int, datetime]:

@@ -188,6 +188,16 @@ class ServiceManager:
         pidfile.unlink(missing_ok=True)
         return True
 
+    def reap(self, name: str) -> int | None:
+        """The exit status of ``name`` if it was started here and has exited (its pid file is
+        removed); None when unknown (started by another process, or still running)."""
+        current = self.status(name)
+        if current.state is State.RUNNING or current.pid is None:
+            return None
+        self._pidfile(name).unlink(missing_ok=True)
+        child = _CHILDREN.pop(current.pid, None)
+        return None if child is None else child.wait()
+
     def tail(self, name: str, lines: int = 15) -> str:
         """The last lines a service wrote."""
         try:

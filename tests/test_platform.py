@@ -132,15 +132,19 @@ def test_a_killed_service_shows_as_stale_and_up_restarts_it(own_platform: Path) 
 def test_gpulens_up_starts_the_pipeline_and_down_stops_it(own_platform: Path) -> None:
     result = run(own_platform, "up", "--no-replay")
     assert "smoke: 7 record types through broker and registry and back" in result.stdout
+    assert "  supervisor  started" in result.stdout
     for service in ("worker", "sink", "exporter"):
-        assert f"  {service:<11} started" in result.stdout
+        assert f"  {service:<11} running" in result.stdout
     assert "ClickHouse SQL" in result.stdout
     assert run(own_platform, "sql", "SELECT 1 + 1", "--format", "TSV").stdout == "2\n"
     tables = run(own_platform, "sql", "SHOW TABLES FROM gpulens", "--format", "TSV").stdout.split()
     assert {"cluster_gpu_allocation", "alerts", "workload_gpu_usage", "pod_events"} <= set(tables)
     down = run(own_platform, "down").stdout
-    assert down.count("stopped") == 6
-    assert run(own_platform, "infra", "status").stdout.count("stopped") == 3
+    assert "supervisor  stopped" in down
+    assert down.count("stopped") == 4, "the supervisor stops what it runs; nothing is left over"
+    after = run(own_platform, "status").stdout
+    assert after.count("stopped") == 4
+    assert "running" not in after
 
 
 def test_every_command_explains_itself() -> None:

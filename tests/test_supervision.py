@@ -1,0 +1,175 @@
+"""A supervised process that exits is started again, with growing delays while it keeps failing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from allocation_oracle import expected_rows
+
+from gpulens.platform import write_private_config
+from infra.launching import ServiceManager, ServiceSpec, State
+from infra.supervising import Supervisor, describe_exit, read_restarts
+from producers.replay import alibaba_v2023
+from producers.replay.locating import traces_dir
+from schemas.models import PodEvent
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sleeper(name: str) -> ServiceSpec:
+    return ServiceSpec(name, [sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def test_a_killed_service_is_restarted_and_the_restart_recorded(tmp_path: Path) -> None:
+    services = ServiceManager(tmp_path)
+    supervisor = Supervisor(services, [sleeper("napper")], backoff_s=0.1)
+    supervisor.start_all()
+    try:
+        first = services.status("napper").pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not supervisor.restarts and time.monotonic() < deadline:
+            supervisor.check()
+            time.sleep(0.05)
+        again = services.status("napper")
+        assert again.state is State.RUNNING
+        assert again.pid != first
+        assert [(r.name, r.count, r.exit_status) for r in read_restarts(services)] == [
+            ("napper", 1, "killed by SIGKILL")
+        ]
+    finally:
+        supervisor.stop_all()
+    assert services.status("napper").state is State.STOPPED
+
+
+def test_a_service_that_keeps_failing_is_retried_with_doubling_delays(tmp_path: Path) -> None:
+    services = ServiceManager(tmp_path)
+    failing = ServiceSpec(
+        "crasher", [sys.executable, "-c", "print('attempt', flush=True); raise SystemExit(3)"]
+    )
+    clock = FakeClock()
+    supervisor = Supervisor(services, [failing], backoff_s=1.0, max_backoff_s=4.0, clock=clock)
+    for now in (0.0, 0.5, 1.0, 2.9, 3.0, 6.9, 7.0, 10.9, 11.0):
+        clock.now = now
+        supervisor.check()
+    attempts = services.log_path("crasher").read_text().count("attempt")
+    assert attempts == 5, "tries at 0, 1, 3, 7 and 11 s: delays 1, 2, 4, then capped at 4"
+    assert supervisor.restarts == []
+
+
+def test_exit_statuses_are_described_for_people() -> None:
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(2) == "exit code 2"
+    assert describe_exit(None) == "exited"
+
+
+# --- the pipeline under `gpulens up` -------------------------------------------------------------
+
+GPULENS = [sys.executable, "-m", "gpulens"]
+PODS_CSV = traces_dir() / "alibaba-gpu-v2023/openb_pod_list_default.csv"
+NODES_CSV = traces_dir() / "alibaba-gpu-v2023/openb_node_list_gpu_node.csv"
+EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
+
+
+def gpulens(config: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
+    return subprocess.run(
+        [*GPULENS, "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**clean, **(env or {})},
+        timeout=300,
+    ).stdout
+
+
+def sql(config: Path, query: str) -> list[list[str]]:
+    return [line.split("\t") for line in gpulens(config, "sql", query, "--format", "TSV").splitlines()]
+
+
+def count(config: Path, query: str) -> int:
+    return int(sql(config, query)[0][0])
+
+
+def pid_of(config: Path, name: str) -> int:
+    line = next(line for line in gpulens(config, "status").splitlines() if line.split()[:1] == [name])
+    return int(line.split("pid")[1].split()[0])
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def running_up(tmp_path: Path) -> Iterator[Path]:
+    """`gpulens up --no-replay` on a private platform, always taken down."""
+    config = write_private_config(tmp_path)
+    try:
+        gpulens(config, "up", "--no-replay")
+        yield config
+    finally:
+        subprocess.run([*GPULENS, "--config", str(config), "down"], capture_output=True, timeout=300)
+
+
+def test_processes_killed_during_up_are_restarted_and_lose_no_record(running_up: Path) -> None:
+    config, cluster = running_up, "supervised"
+    pod_events = sum(
+        isinstance(event, PodEvent)
+        for _, event in alibaba_v2023.plan(
+            alibaba_v2023.read_nodes(NODES_CSV),
+            alibaba_v2023.read_pods(PODS_CSV),
+            cluster=cluster,
+            epoch=EPOCH,
+        )
+    )
+    windows = expected_rows(PODS_CSV, 3600)
+    where = f"FROM gpulens.{{table}} FINAL WHERE cluster = '{cluster}'"
+    gpulens(config, "replay", "alibaba-v2023", "--pods", str(PODS_CSV), env={"GPULENS_CLUSTER": cluster})
+
+    wait_for(lambda: count(config, f"SELECT count() {where.format(table='pod_events')}") > 0, 120, "pod rows")
+    sink, worker = pid_of(config, "sink"), pid_of(config, "worker")
+    os.kill(sink, signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: "restarted worker" in gpulens(config, "status"), 60, "the worker's restart")
+    wait_for(
+        lambda: (
+            count(config, f"SELECT count() {where.format(table='cluster_gpu_allocation')}") >= len(windows)
+        ),
+        300,
+        "every allocation window in ClickHouse",
+    )
+    wait_for(
+        lambda: count(config, f"SELECT count() {where.format(table='pod_events')}") >= pod_events,
+        120,
+        "every pod event in ClickHouse",
+    )
+
+    status = gpulens(config, "status")
+    assert "restarted sink" in status and "killed by SIGKILL" in status
+    assert pid_of(config, "sink") != sink and pid_of(config, "worker") != worker
+    stored = sql(config, f"SELECT count(), uniqExact(event_id) {where.format(table='pod_events')}")
+    assert stored == [[str(pod_events), str(pod_events)]], "every pod event stored exactly once"
+    allocation = where.format(table="cluster_gpu_allocation")
+    rows = sql(config, f"SELECT toUnixTimestamp(window_start), gpus_allocated_avg {allocation} ORDER BY 1")
+    epoch = int(EPOCH.timestamp())
+    assert [int(start) - epoch for start, _ in rows] == [w.window_start for w in windows]
+    assert [float(avg) for _, avg in rows] == pytest.approx([w.gpus_allocated_avg for w in windows], abs=1e-6)
