@@ -20,6 +20,12 @@ from gpulens.cli_context import Context, pass_context
 )
 @click.option("--group", "group_id", help="Consumer group [sink.group_id]; one group per database.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus /metrics on this port.")
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address /metrics binds (0.0.0.0 in a pod).",
+)
 @pass_context
 def sink(
     context: Context,
@@ -27,6 +33,7 @@ def sink(
     batch_seconds: float | None,
     group_id: str | None,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Write every catalog topic into ClickHouse tables (clickhouse.database), until SIGTERM/Ctrl-C.
 
@@ -45,7 +52,7 @@ def sink(
     options = settings.sink.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     create_topics(settings.kafka)
     if metrics_port is not None:
-        start_http_server(metrics_port)
+        start_http_server(metrics_port, addr=metrics_host)
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:

@@ -76,6 +76,13 @@ PROCESSORS = ("allocation", "workloads", "alerts", "changelog")
     show_default=True,
     help="How long a quiet input partition may hold the others back (event-time merge).",
 )
+@click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus /metrics on this port.")
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address /metrics binds (0.0.0.0 in a pod).",
+)
 @pass_context
 def worker(
     context: Context,
@@ -88,6 +95,8 @@ def worker(
     pending_for: float,
     group_id: str,
     idle_ms: int,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Turn event topics into allocation and workload windows, alerts and the device changelog.
 
@@ -129,6 +138,10 @@ def worker(
 
     settings = context.settings
     create_topics(settings.kafka)
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=metrics_host)
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:

@@ -27,7 +27,7 @@ from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator
 from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
-from schemas.consuming import IdlePartitions
+from schemas.consuming import IdlePartitions, LagMonitor
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
 from schemas.models import Event, Record, Watermark
@@ -63,6 +63,7 @@ class StreamWorker:
         self, kafka: KafkaSettings, codec: AvroCodec, operators: list[Operator], options: WorkerOptions
     ) -> None:
         self._codec = codec
+        self._kafka = kafka
         self._options = options
         self._operators = operators
         wanted = {spec.name for op in operators for spec in op.inputs}
@@ -176,11 +177,14 @@ class StreamWorker:
 
     def run(self, stop: threading.Event) -> None:
         """Process until ``stop`` is set; commits what was processed before returning."""
+        partitions = [TopicPartition(t, p) for t, p in self._ends.since]
+        lag = LagMonitor(self._kafka, self._options.group_id, partitions).start()
         try:
             while not stop.is_set():
                 self.step()
             self._commit()
         finally:
+            lag.stop()
             self._consumer.close()
 
     def step(self, timeout: float = 0.2) -> None:

@@ -9,12 +9,14 @@ nothing is skipped silently. A registry outage is not the record's fault: it rai
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from prometheus_client import Gauge
 
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
@@ -25,9 +27,66 @@ from schemas.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 
+CONSUMER_LAG = Gauge(
+    "gpulens_consumer_lag_records",
+    "Records not yet consumed, by consumer group and topic.",
+    ["consumer", "topic"],
+)
+"""Set by the sink and the worker (the exporter has its own registry, same name): the rules'
+pipeline-lag alert reads it."""
+
 
 class ConsumeError(GPULensError):
     """The broker returned an error for a topic/partition."""
+
+
+class LagMonitor:
+    """Publishes how far a consumer group's committed offsets are behind the partitions' ends.
+
+    Measured every ``interval_s`` over a connection of its own, in a background thread, so
+    the figure keeps moving while the consumer is blocked (a sink waiting for ClickHouse):
+    committed, not fetched, is what a crash would replay.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        group_id: str,
+        partitions: Sequence[TopicPartition],
+        interval_s: float = 5.0,
+    ) -> None:
+        self._consumer = Consumer(kafka.librdkafka(**{"group.id": group_id, "enable.auto.commit": False}))
+        self._group_id, self._interval_s = group_id, interval_s
+        self._partitions = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lag-{group_id}", daemon=True)
+
+    def measure(self) -> dict[str, int]:
+        """Records not committed yet, per topic; also sets ``gpulens_consumer_lag_records``."""
+        lag: dict[str, int] = {}
+        for tp in self._consumer.committed(self._partitions, timeout=10):
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(high - (tp.offset if tp.offset >= 0 else low), 0)
+        for topic, records in lag.items():
+            CONSUMER_LAG.labels(self._group_id, topic).set(records)
+        return lag
+
+    def start(self) -> LagMonitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.measure()
+            except KafkaException as err:  # the broker is away: the next measurement will tell
+                log.warning("lag of %s not measured: %s", self._group_id, err)
+            self._stop.wait(self._interval_s)
 
 
 class IdlePartitions:

@@ -340,8 +340,8 @@ def _served_ports(container: Container, settings: GPULensSettings) -> set[int]:
             ports.add(("0.0.0.0", settings.gateway.metrics_port))
     if name == "exporter":
         ports.add((params["host"] or settings.exporter.host, params["port"] or settings.exporter.port))
-    if name == "sink" and params["metrics_port"] is not None:
-        ports.add(("0.0.0.0", params["metrics_port"]))
+    if name in ("sink", "worker") and params["metrics_port"] is not None:
+        ports.add((params["metrics_host"], params["metrics_port"]))
     return {port for host, port in ports if host not in LOOPBACK}
 
 

@@ -23,7 +23,8 @@ from schemas.models import GpuSampleBatch
 from schemas.topics import GPU_SAMPLES, TopicSpec, record_key
 
 GPUS = 8
-LOAD = 20_000
+LOAD = 125_000
+"""GpuSampleBatch records of 8 GPUs: 1,000,000 sample rows."""
 """GpuSampleBatch records of the kill test (x 8 GPUs = 160,000 sample rows)."""
 
 
@@ -89,6 +90,10 @@ def _lag(platform, group: str, topic: str) -> int:
         consumer.close()
 
 
+def _lag_gauge(group: str, topic: str) -> float | None:
+    return REGISTRY.get_sample_value("gpulens_consumer_lag_records", {"consumer": group, "topic": topic})
+
+
 @pytest.fixture
 def sink_processes():
     started: list[subprocess.Popen[bytes]] = []
@@ -126,14 +131,14 @@ def test_a_sink_killed_mid_load_and_restarted_stores_every_sample_exactly_once(
             return 0
 
     first = start()
-    wait_for(lambda: stored() >= expected // 4, 60, "a quarter of the load in ClickHouse")
+    wait_for(lambda: stored() >= expected // 4, 180, "a quarter of the load in ClickHouse")
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     at_kill = stored()
     assert at_kill < expected, "the kill should land in the middle of the load"
 
     start()
-    wait_for(lambda: _lag(platform, group, GPU_SAMPLES.name) == 0, 90, "the restarted sink to catch up")
+    wait_for(lambda: _lag(platform, group, GPU_SAMPLES.name) == 0, 300, "the restarted sink to catch up")
     counts = client.query(
         f"SELECT count(), uniqExact(event_id, device_id) FROM {database}.gpu_samples FINAL"
     ).result_rows
@@ -161,10 +166,12 @@ def test_the_sink_waits_for_clickhouse_and_catches_up_with_nothing_lost(
                 "the sink to retry while ClickHouse is away",
             )
             assert _lag(platform, sink.group, topic.name) > 0, "nothing may be committed while it is away"
+            wait_for(lambda: (_lag_gauge(sink.group, topic.name) or 0) > 0, 30, "the lag metric to show it")
         finally:
             services.start(spec, timeout=platform.platform.start_timeout_s)
         sink.wait_rows("gpu_samples", 2000 * GPUS)
         wait_for(lambda: _lag(platform, sink.group, topic.name) == 0, 30, "the sink to commit")
+        wait_for(lambda: _lag_gauge(sink.group, topic.name) == 0, 30, "the lag metric to go back to 0")
         assert (
             sink.scalar("SELECT count(), uniqExact(event_id, device_id) FROM gpu_samples FINAL")
             == 2000 * GPUS

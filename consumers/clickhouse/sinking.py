@@ -27,7 +27,7 @@ from consumers.clickhouse.rows import SINK_TOPICS, Row, Table, rows_of
 from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from consumers.clickhouse.writing import TableWriter, retrying
 from schemas.codec import AvroCodec
-from schemas.consuming import ConsumeError, Decoded, DecodingConsumer
+from schemas.consuming import ConsumeError, Decoded, DecodingConsumer, LagMonitor
 from schemas.ids import event_id
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec
@@ -152,7 +152,11 @@ def run_sink(
     start = _every_partition(kafka, group, topics)
     consumer = DecodingConsumer(kafka, codec, group_id=group, topics=topics, start=start)
     log.info("sinking %d topics into %s/%s", len(topics), clickhouse.url, clickhouse.database)
-    ClickHouseSink(consumer, writer, settings).run(stop)
+    lag = LagMonitor(kafka, group, start).start()
+    try:
+        ClickHouseSink(consumer, writer, settings).run(stop)
+    finally:
+        lag.stop()
 
 
 def _every_partition(kafka: KafkaSettings, group: str, topics: Sequence[TopicSpec]) -> list[TopicPartition]:
