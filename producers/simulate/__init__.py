@@ -1,0 +1,29 @@
+"""The scale simulator: a synthetic GPU cluster publishing what the live producers would.
+
+specs        what a simulation is: size, load, GPU models, workload mix, churn (definitions)
+state        the cluster's nodes, GPUs, workloads and pods (plain data)
+scheduling   best-fit placement of pods on free GPUs
+sampling     what a GPU reports each interval, from the pod holding it
+records      state -> NodeEvent, DeviceInventory, PodEvent, ... (the real producers' shapes)
+simulating   the discrete-event simulation: arrivals, lifecycles, churn, samples, in event time
+pacing       publishing it at wall-clock speed (or N times faster), ending with a final watermark
+"""
+
+from producers.simulate.exceptions import SimulationError
+from producers.simulate.pacing import Progress, publish_simulation
+from producers.simulate.simulating import Census, ClusterSimulation
+from producers.simulate.specs import GPU_MODELS, SOURCE, ChurnRates, GpuModel, SimulationSpec, WorkloadProfile
+
+__all__ = [
+    "GPU_MODELS",
+    "SOURCE",
+    "Census",
+    "ChurnRates",
+    "ClusterSimulation",
+    "GpuModel",
+    "Progress",
+    "SimulationError",
+    "SimulationSpec",
+    "WorkloadProfile",
+    "publish_simulation",
+]
