@@ -102,17 +102,19 @@ class EventTimeMerge(Generic[T]):
         """Every record that is safe to process now, in order."""
         out: list[Stamped[T]] = []
         now = self._ends.clock()
+        if any(self._blocks(p, now) for p in self._buffers):
+            return out
         heads = [(b[0], p) for p, b in self._buffers.items() if b]
         heapq.heapify(heads)
         while heads:
-            if any(self._blocks(p, now) for p in self._buffers):
-                break
             head, partition = heapq.heappop(heads)
             buffered = self._buffers[partition]
             buffered.popleft()
             out.append(head)
             if buffered:
                 heapq.heappush(heads, (buffered[0], partition))
+            elif self._blocks(partition, now):
+                break  # only a partition that just ran empty can start blocking
         return out
 
     def _blocks(self, partition: Partition, now: float) -> bool:

@@ -93,6 +93,7 @@ class StreamWorker:
         self._merges: dict[str, EventTimeMerge[Event | DecodeError]] = {}
         self._rank = {spec.name: rank for rank, spec in enumerate(self._inputs)}
         self._specs = {spec.name: spec for spec in self._inputs}
+        self._records_in = {spec.name: RECORDS_IN.labels(spec.name) for spec in self._inputs}
         self._restore(kafka)
         committed = self._consumer.committed(partitions, timeout=30)
         self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
@@ -259,7 +260,7 @@ class StreamWorker:
     def _process(self, item: Stamped[Event | DecodeError]) -> None:
         record = item.record
         replaying = item.offset < self._resume.get((item.topic, item.partition), 0)
-        RECORDS_IN.labels(item.topic).inc()
+        self._records_in[item.topic].inc()
         self.processed += 1
         if isinstance(record, DecodeError):
             if not replaying:
