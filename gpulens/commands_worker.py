@@ -1,4 +1,4 @@
-"""`gpulens worker`: the stream processors (GPU allocation windows, alerts, device changelog)."""
+"""`gpulens worker`: the stream processors (windows, alerts, device changelog, state tables)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from gpulens.cli_context import Context, pass_context
 
-PROCESSORS = ("allocation", "workloads", "alerts", "changelog")
+PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
 
 
 @click.command()
@@ -98,12 +98,14 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
-    """Turn event topics into allocation and workload windows, alerts and the device changelog.
+    """Turn event topics into windows, alerts, the device changelog and state tables.
 
-    Reads the node, pod, inventory, container, sample and watermark topics in event-time
-    order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage), gpulens.alerts.v1 and
-    gpulens.changelog.devices.v1, one Kafka transaction per cycle (exactly once, also across
-    kill -9). A replay's final watermark closes every open window. Stops on SIGTERM/Ctrl-C.
+    Reads the node, workload, pod, inventory, container, sample and watermark topics in
+    event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage),
+    gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
+    (newest state of every pod, node, inventory, container and workload), one Kafka
+    transaction per cycle (exactly once, also across kill -9). A replay's final watermark
+    closes every open window. Stops on SIGTERM/Ctrl-C.
     """
     from pipeline.alerting import AlertRules
     from pipeline.operators import (
@@ -111,6 +113,7 @@ def worker(
         AllocationOperator,
         DeviceChangelogOperator,
         Operator,
+        StateOperator,
         WorkloadUsageOperator,
     )
     from pipeline.running import StreamWorker, WorkerOptions
@@ -135,6 +138,8 @@ def worker(
         operators.append(AlertOperator(AlertRules(idle_below, idle_for, pending_for)))
     if "changelog" in chosen:
         operators.append(DeviceChangelogOperator())
+    if "state" in chosen:
+        operators.append(StateOperator())
 
     settings = context.settings
     create_topics(settings.kafka)

@@ -14,15 +14,20 @@ from typing import Protocol
 from pipeline.alerting import AlertDetector, AlertRules
 from pipeline.allocation import AllocationAggregator
 from pipeline.device_changes import diff
+from pipeline.state_tables import StateTables, Tombstone
 from pipeline.windows import TumblingWindows, to_ms
 from pipeline.workload_usage import WorkloadUsage
 from schemas.models import (
     ClusterGpuAllocation,
     ClusterOverview,
+    ContainerEvent,
     DeviceInventory,
     Event,
+    NodeEvent,
     NodeGpuAllocation,
+    PodEvent,
     Record,
+    WorkloadState,
 )
 from schemas.topics import (
     ALERTS,
@@ -35,13 +40,22 @@ from schemas.topics import (
     NODE_ALLOCATION,
     NODES,
     PODS,
+    STATE_CONTAINERS,
+    STATE_INVENTORY,
+    STATE_NODES,
+    STATE_PODS,
+    STATE_WORKLOADS,
     WATERMARKS,
     WORKLOAD_USAGE,
+    WORKLOADS,
     TopicSpec,
 )
 
-INPUT_ORDER: tuple[TopicSpec, ...] = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
+INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_SAMPLES, WATERMARKS)
 """At one instant, records are applied in this topic order (nodes before the pods on them, ...)."""
+
+Row = Record | Tombstone
+"""What an operator emits: a record, or the end of an entity on a compacted topic."""
 
 
 class Operator(Protocol):
@@ -51,12 +65,15 @@ class Operator(Protocol):
     inputs: tuple[TopicSpec, ...]
     restore_from: tuple[TopicSpec, ...]
     """Output topics to read at start to learn what was already published."""
+    skip_replayed: bool
+    """Rows caused by a record processed before a restart were published then (each row
+    follows from exactly one record, always the same one): drop them while replaying."""
 
-    def process(self, event: Event) -> Sequence[Record]:
+    def process(self, event: Event) -> Sequence[Row]:
         """Rows caused by ``event`` (raises LateEvent for an event older than applied time)."""
         ...
 
-    def output(self, row: Record) -> TopicSpec:
+    def output(self, row: Row) -> TopicSpec:
         """The topic a row goes to."""
         ...
 
@@ -64,13 +81,15 @@ class Operator(Protocol):
         """A row read back from ``restore_from`` at start."""
         ...
 
-    def published(self, row: Record) -> bool:
+    def published(self, row: Row) -> bool:
         """Whether ``row`` was published before a restart."""
         ...
 
 
 class EventIdLedger:
     """Remembers published rows by event id (for low-volume outputs)."""
+
+    skip_replayed = False
 
     def __init__(self) -> None:
         self._ids: set[str] = set()
@@ -87,6 +106,7 @@ class AllocationOperator:
 
     name = "allocation"
     restore_from = (CLUSTER_ALLOCATION,)
+    skip_replayed = False
 
     def __init__(self, windows: TumblingWindows, *, per_node: bool, overview: bool = False) -> None:
         self._aggregator = AllocationAggregator(windows, per_node=per_node, overview=overview)
@@ -169,3 +189,38 @@ class DeviceChangelogOperator(EventIdLedger):
 
     def output(self, _row: Record) -> TopicSpec:
         return DEVICE_CHANGELOG
+
+
+class StateOperator:
+    """Compacted state topics: pods, nodes, device inventories, containers, workloads."""
+
+    name = "state"
+    inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS)
+    restore_from = ()
+    skip_replayed = True
+
+    def __init__(self) -> None:
+        self._tables = StateTables()
+
+    def process(self, event: Event) -> Sequence[Row]:
+        return self._tables.process(event)
+
+    def output(self, row: Row) -> TopicSpec:
+        if isinstance(row, Tombstone):
+            return row.topic
+        return STATE_OUTPUTS[type(row)]
+
+    def remember(self, row: Record) -> None:
+        """Nothing to read back: replayed records' rows are skipped instead."""
+
+    def published(self, row: Row) -> bool:
+        return False
+
+
+STATE_OUTPUTS: dict[type[Record], TopicSpec] = {
+    PodEvent: STATE_PODS,
+    NodeEvent: STATE_NODES,
+    DeviceInventory: STATE_INVENTORY,
+    ContainerEvent: STATE_CONTAINERS,
+    WorkloadState: STATE_WORKLOADS,
+}

@@ -24,13 +24,14 @@ from prometheus_client import Counter, Gauge
 
 from pipeline.exceptions import LateEvent, PipelineError
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
-from pipeline.operators import INPUT_ORDER, Operator
+from pipeline.operators import INPUT_ORDER, Operator, Row
+from pipeline.state_tables import Tombstone
 from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
 from schemas.consuming import IdlePartitions, LagMonitor
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError
-from schemas.models import Event, Record, Watermark
+from schemas.models import Event, Watermark
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec, record_key
 
@@ -278,6 +279,8 @@ class StreamWorker:
                 rows = operator.process(record)
             except LateEvent as err:
                 late, rows = err, []
+            if replaying and operator.skip_replayed:
+                continue
             for row in rows:
                 if operator.published(row):
                     continue  # published before a restart
@@ -295,8 +298,11 @@ class StreamWorker:
         if not replaying:
             self._advance(item.topic, item.partition, item.offset)
 
-    def _produce(self, spec: TopicSpec, row: Record) -> None:
-        key, value = record_key(spec, row), self._codec.encode(spec, row)
+    def _produce(self, spec: TopicSpec, row: Row) -> None:
+        if isinstance(row, Tombstone):
+            key, value = row.key, None
+        else:
+            key, value = record_key(spec, row), self._codec.encode(spec, row)
         while True:
             try:
                 self._producer.produce(spec.name, key=key, value=value)

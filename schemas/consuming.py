@@ -217,6 +217,8 @@ class DecodingConsumer:
 
     def _decode(self, message: Message) -> Record | None:
         topic = self._specs[message.topic() or ""]
+        if message.value() is None and topic.cleanup_policy == "compact":
+            return None  # a tombstone: the entity is gone (its last state came before it)
         try:
             # A tombstone (None) on an event topic is as undecodable as an empty value.
             return self._codec.decode(topic, message.value() or b"")

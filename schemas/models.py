@@ -357,6 +357,11 @@ class ContainerEvent(Event):
     container_id: str | None = Field(default=None, description="Runtime container id.")
     devices: list[DeviceAssignment] = Field(default_factory=list, description="Devices held now.")
 
+    @property
+    def container_key(self) -> str:
+        """``node/namespace/pod/container``: one container, whatever pod uid it had."""
+        return f"{self.node}/{self.pod_namespace}/{self.pod_name}/{self.container_name}"
+
 
 class StorageEvent(Event):
     """Capacity and usage of one volume or filesystem."""
@@ -466,6 +471,27 @@ class WorkloadGpuUsage(Record):
     utilization_max: float | None = Field(default=None, description="Highest sample utilization, %.")
     samples: int = Field(default=0, description="GPU samples of its GPUs in the window.")
     pods_active_end: int = Field(description="Its pods holding GPUs at window end.")
+
+
+class WorkloadState(Event):
+    """A workload as the pipeline knows it now: what the watcher reported, and its pods.
+
+    Kept per workload uid at every level of the owner hierarchy (a ReplicaSet and its
+    Deployment each have one): a pod counts toward every owner in its chain.
+    """
+
+    uid: str = Field(min_length=1, description="Workload uid: the entity key.")
+    namespace: str = Field(description="Namespace.")
+    name: str = Field(description="Name.")
+    kind: str = Field(description="Kind.")
+    parent_uid: str | None = Field(default=None, description="Owner's uid, when it has one.")
+    top_uid: str = Field(description="uid of the top of its hierarchy (itself for a top workload).")
+    gpu_request: float = Field(default=0.0, ge=0, description="GPUs its active pods ask for.")
+    gpus_held: float = Field(default=0.0, ge=0, description="GPUs its pods hold now (DESIGN.md definition).")
+    active_pods: int = Field(default=0, ge=0, description="Its pods that exist and are Pending or Running.")
+    status: WorkloadStatus = Field(description="Running (active pods), Done (none left) or Deleted.")
+    first_seen: Timestamp = Field(description="Event time it was first seen (workload or pod event).")
+    last_seen: Timestamp = Field(description="Event time of the newest event about it.")
 
 
 # --- derived events: device changelog and alerts ----------------------------------------------

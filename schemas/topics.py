@@ -25,6 +25,7 @@ from schemas.models import (
     Watermark,
     WorkloadEvent,
     WorkloadGpuUsage,
+    WorkloadState,
 )
 
 DAY_MS = 24 * 3600 * 1000
@@ -124,9 +125,48 @@ ALERTS = TopicSpec(
     "gpulens.alerts.v1", Alert, "entity", 3, retention_ms=90 * DAY_MS, doc="Alerts opened and resolved."
 )
 
+STATE_DOC = "Compacted: the newest {what}, then a tombstone when it is gone; read it whole to start."
+STATE_PODS = TopicSpec(
+    "gpulens.state.pods.v1", PodEvent, "uid", 6, "compact", doc=STATE_DOC.format(what="state of every pod")
+)
+STATE_NODES = TopicSpec(
+    "gpulens.state.nodes.v1",
+    NodeEvent,
+    "node",
+    3,
+    "compact",
+    doc=STATE_DOC.format(what="state of every node"),
+)
+STATE_INVENTORY = TopicSpec(
+    "gpulens.state.devices.v1",
+    DeviceInventory,
+    "node",
+    3,
+    "compact",
+    doc=STATE_DOC.format(what="device inventory of every node"),
+)
+STATE_CONTAINERS = TopicSpec(
+    "gpulens.state.containers.v1",
+    ContainerEvent,
+    "container_key",
+    3,
+    "compact",
+    doc=STATE_DOC.format(what="devices of every container"),
+)
+STATE_WORKLOADS = TopicSpec(
+    "gpulens.state.workloads.v1",
+    WorkloadState,
+    "uid",
+    3,
+    "compact",
+    doc=STATE_DOC.format(what="state of every workload (hierarchy, active pods, GPUs, status)"),
+)
+STATE_TOPICS = (STATE_PODS, STATE_NODES, STATE_INVENTORY, STATE_CONTAINERS, STATE_WORKLOADS)
+
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
     *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
+    *STATE_TOPICS,
 )
 
 

@@ -30,7 +30,7 @@ from schemas.models import (
     WorkloadEvent,
     WorkloadGpuUsage,
 )
-from schemas.topics import CATALOG, TopicSpec
+from schemas.topics import CATALOG, STATE_TOPICS, TopicSpec
 
 __all__ = ["MAPPERS", "SINK_TOPICS", "TABLES", "Row", "Table", "rows_of", "version"]
 
@@ -287,8 +287,11 @@ MAPPERS: dict[type[Record], Mapper] = {
 }
 """The mapper of every record type the sink stores (storage events and watermarks: none yet)."""
 
-SINK_TOPICS: tuple[TopicSpec, ...] = tuple(spec for spec in CATALOG if spec.record in MAPPERS)
-"""The catalog topics the sink reads."""
+SINK_TOPICS: tuple[TopicSpec, ...] = tuple(
+    spec for spec in CATALOG if spec.record in MAPPERS and spec not in STATE_TOPICS
+)
+"""The catalog topics the sink reads: event and derived topics (the state topics repeat the
+events the sink already stores)."""
 
 
 def rows_of(item: Decoded) -> list[tuple[Table, Row]]:
