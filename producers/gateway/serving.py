@@ -1,10 +1,12 @@
 """The gRPC ingest gateway: authenticate, validate a batch whole, publish it, ack once Kafka has it.
 
-One asyncio event loop (grpc.aio) serves every call; validation and ``produce`` run on it. With
-hundreds of events per message the cost is per event (Avro decode, produce, delivery callback),
-not per message (bench/gateway_throughput.py). librdkafka's delivery callbacks run on a poll
-thread (and on the loop, when ``produce`` polls); each batch counts its records down under a
-lock and settles its future on the loop once the last one is acknowledged or the first failed.
+One asyncio event loop (grpc.aio) does everything: it checks a batch (validating.py), hands
+its records, still encoded, to the idempotent producer in one ``produce_batch`` per topic, and
+polls the producer, so librdkafka's delivery callbacks run on the loop too: a batch counts its
+records down without a lock and settles its future once the last is acknowledged or the first
+failed. No other thread takes the GIL per record (a poll thread cost a third of the throughput
+in handing it back and forth). A batch is produced only once the producer's queue has room for
+all of it, so that none of it can be refused at enqueue while the rest goes out.
 
 Exactly once per gateway: the ids of recent batches are remembered with their delivery. A
 batch sent again whose records are still in flight waits for those, one already acknowledged
@@ -26,13 +28,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import grpc
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from producers.gateway.exceptions import GatewayError, GatewayUnavailable, InvalidBatch, RejectReason
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.settings import GatewaySettings
-from producers.gateway.validating import BatchValidator
-from producers.publishing import EventPublisher, PublishError
+from producers.gateway.validating import BatchValidator, Checked
 from protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
 from schemas.codec import AvroCodec
 from schemas.exceptions import RegistryError
@@ -45,36 +46,47 @@ BATCH_ID_METADATA = "gpulens-batch-id"
 """Trailing metadata of an INVALID_ARGUMENT answer: the id of the batch that was refused."""
 
 
+_QUEUE_MESSAGES = 500_000
+"""Records the producer may hold (queue.buffering.max.messages); a batch waits for room."""
+_QUEUE_KBYTES = 1_048_576
+"""Their bytes (queue.buffering.max.kbytes); the gateway keeps half of it for whole batches."""
+_RECORD_OVERHEAD = 512
+"""Bytes librdkafka adds to a record's key and value when it checks message.max.bytes (~40)."""
+_POLL_S = 0.005
+"""How often the producer is polled while records are out (an ack waits at most this long more)."""
+_IDLE_POLL_S = 0.05
+"""How often when none are (librdkafka still has errors and statistics to hand over)."""
+
+
 class _Delivery:
     """The records of one batch on their way to the broker; settles once, on the event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int, size: int) -> None:
         self.count = count
+        self.size = size
+        """Bytes of the batch as it arrived: an upper bound of what it holds in the producer."""
         self.future: asyncio.Future[str | None] = loop.create_future()
         """Settles with ``None`` once every record is acknowledged, else the first error."""
-        self._loop = loop
         self._left = count
-        self._lock = threading.Lock()
 
     @property
     def failed(self) -> bool:
         return self.future.done() and self.future.result() is not None
 
     def on_delivery(self, err: KafkaError | None, _message: Message | None) -> None:
-        """librdkafka's callback, on the poll thread or the loop: one record answered."""
-        with self._lock:
-            if not self._left:  # a record failed before: the batch is settled already
-                return
-            if err is None:
-                self._left -= 1
-                if self._left:
-                    return
-            else:
-                self._left = 0
-        self._loop.call_soon_threadsafe(self._settle, None if err is None else err.str())
+        """librdkafka's callback, inside ``poll`` on the event loop: one record answered."""
+        if err is None:
+            self._left -= 1
+            if not self._left:
+                self.future.set_result(None)
+        elif self._left > 0:  # the first failure settles it; later answers change nothing
+            self._left = -self.count
+            self.future.set_result(err.str())
 
-    def _settle(self, error: str | None) -> None:
+    def fail(self, error: str) -> None:
+        """Settle it as failed before the broker answered (records the producer refused)."""
         if not self.future.done():
+            self._left = -self.count
             self.future.set_result(error)
 
 
@@ -92,16 +104,18 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
     def __init__(
         self,
         settings: GatewaySettings,
-        publisher: EventPublisher,
+        producer: Producer,
         validator: BatchValidator,
         metrics: GatewayMetrics,
     ) -> None:
         self._settings = settings
-        self._publisher = publisher
+        self._producer = producer
         self._validator = validator
         self._metrics = metrics
         self._tokens = [f"Bearer {t.get_secret_value()}".encode() for t in settings.tokens]
         self._recent: OrderedDict[str, _Delivery] = OrderedDict()
+        self._queued_bytes = 0
+        """Bytes of the batches in the producer, as they arrived; see :meth:`_room`."""
 
     async def Publish(
         self, request_iterator: AsyncIterator[ingest_pb2.EventBatch], context: grpc.aio.ServicerContext
@@ -111,7 +125,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         accepted: list[_Accepted] = []
         try:
             async for batch in request_iterator:
-                accepted.append(self._accept(batch))
+                accepted.append(await self._accept(batch))
             deadline = time.monotonic() + self._settings.ack_timeout_s
             for item in accepted:
                 await self._acknowledged(item, deadline - time.monotonic())
@@ -155,7 +169,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
     ) -> None:
         try:
             async for batch in request_iterator:
-                accepted.put_nowait(self._accept(batch))
+                accepted.put_nowait(await self._accept(batch))
         except GatewayError as err:
             accepted.put_nowait(err)  # the batches before it are still acked, then the call ends
             return
@@ -168,9 +182,11 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
             self._metrics.rejected.labels(RejectReason.UNAUTHENTICATED.value).inc()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid `authorization: Bearer` token")
 
-    def _accept(self, batch: ingest_pb2.EventBatch) -> _Accepted:
+    async def _accept(self, batch: ingest_pb2.EventBatch) -> _Accepted:
         """Check ``batch`` and hand its records to the producer, unless its id is known already."""
         received_at = time.monotonic()
+        size = batch.ByteSize()
+        await self._room(len(batch.events), size)  # from here on nothing awaits: no call interleaves
         self._metrics.batches_received.inc()
         self._metrics.events_received.inc(len(batch.events))
         known = self._recent.get(batch.batch_id)
@@ -178,25 +194,53 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
             self._metrics.duplicates.inc()
             return _Accepted(batch.batch_id, known, True, received_at)
         try:
-            self._validator.check(batch)
+            checked = self._validator.check(batch)
         except InvalidBatch as err:
             self._metrics.rejected.labels(err.reason.value).inc()
             raise
         except RegistryError as err:  # not the batch's fault: the client sends it again later
             raise GatewayUnavailable(f"batch {batch.batch_id!r}: {err}") from err
-        delivery = _Delivery(asyncio.get_running_loop(), len(batch.events))
-        delivery.future.add_done_callback(partial(self._count_published, delivery.count))
-        for event in batch.events:
-            self._publisher.produce(event.topic, event.key, event.value, on_delivery=delivery.on_delivery)
+        delivery = _Delivery(asyncio.get_running_loop(), len(batch.events), size)
+        delivery.future.add_done_callback(partial(self._settled, delivery))
+        self._queued_bytes += size
+        self._produce(checked, delivery)
         self._recent[batch.batch_id] = delivery
         self._recent.move_to_end(batch.batch_id)
         while len(self._recent) > self._settings.dedup_batches:
             self._recent.popitem(last=False)
         return _Accepted(batch.batch_id, delivery, False, received_at)
 
-    def _count_published(self, count: int, future: asyncio.Future[str | None]) -> None:
+    async def _room(self, count: int, size: int) -> None:
+        """Wait until the producer's queue can take ``count`` records of ``size`` bytes in all.
+
+        Only this loop produces, so room seen here is still there when the batch is produced:
+        ``produce_batch`` never refuses a record for a full queue, which would leave the batch
+        half published (and the records after the refused one possibly overtaking it)."""
+        while len(self._producer) + count > _QUEUE_MESSAGES or (
+            self._queued_bytes and self._queued_bytes + size > _QUEUE_KBYTES * 512
+        ):
+            self._producer.poll(0)
+            await asyncio.sleep(0.005)
+
+    def _produce(self, checked: Checked, delivery: _Delivery) -> None:
+        """Queue the batch's records, each topic's in one call; then serve the callbacks due."""
+        for topic, records in checked.items():
+            try:
+                self._producer.produce_batch(topic, records, on_delivery=delivery.on_delivery)
+            except (KafkaException, BufferError, TypeError) as err:
+                delivery.fail(f"the producer refused the batch: {err}")
+                return
+            refused = [record["_error"] for record in records if "_error" in record]  # type: ignore[typeddict-item]
+            if refused:  # never expected (sizes are checked, room is made): the batch is resent
+                log.error("the producer refused %d records of a batch: %s", len(refused), refused[0])
+                delivery.fail(f"the producer refused {len(refused)} records: {refused[0]}")
+                return
+        self._producer.poll(0)
+
+    def _settled(self, delivery: _Delivery, future: asyncio.Future[str | None]) -> None:
+        self._queued_bytes -= delivery.size
         if future.result() is None:  # counted once per delivery, however often its id is sent
-            self._metrics.events_published.inc(count)
+            self._metrics.events_published.inc(delivery.count)
 
     async def _acknowledged(self, item: _Accepted, timeout: float) -> None:
         """Wait until Kafka has every record of ``item``; :class:`GatewayUnavailable` otherwise."""
@@ -236,11 +280,24 @@ class Gateway:
         self.port: int | None = None
         """The port it listens on, once started (``settings.port``, or the one picked for 0)."""
         self.started = threading.Event()
-        self._publisher = EventPublisher(
-            kafka, codec, **{"message.timeout.ms": int(settings.delivery_timeout_s * 1000)}
+        config = kafka.librdkafka(
+            **{
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "batch.num.messages": 10_000,
+                "queue.buffering.max.messages": _QUEUE_MESSAGES,
+                "queue.buffering.max.kbytes": _QUEUE_KBYTES,
+                "message.timeout.ms": int(settings.delivery_timeout_s * 1000),
+            }
         )
-        self._validator = BatchValidator(codec, topics=topics, max_events=settings.max_batch_events)
-        self._polling = threading.Event()
+        self._producer = Producer(config)
+        self._validator = BatchValidator(
+            codec,
+            topics=topics,
+            max_events=settings.max_batch_events,
+            # librdkafka refuses a record whose key, value and framing exceed message.max.bytes
+            max_record_bytes=int(config.get("message.max.bytes", 1_000_000)) - _RECORD_OVERHEAD,
+        )
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Listen until ``stop`` is set; then let calls finish, wait for Kafka, release everything."""
@@ -250,12 +307,10 @@ class Gateway:
                 ("grpc.max_send_message_length", self.settings.max_message_bytes),
             ]
         )
-        service = IngestService(self.settings, self._publisher, self._validator, self.metrics)
+        service = IngestService(self.settings, self._producer, self._validator, self.metrics)
         ingest_pb2_grpc.add_IngestServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         self.port = self._listen(server)
-        poller = threading.Thread(target=self._poll, name="gateway-delivery", daemon=True)
-        self._polling.set()
-        poller.start()
+        poller = asyncio.create_task(self._poll())
         try:
             await server.start()
             scheme = "TLS" if self.settings.tls_cert else "plaintext"
@@ -264,12 +319,14 @@ class Gateway:
             await stop.wait()
             await server.stop(self.settings.shutdown_grace_s)
         finally:
-            try:
-                await asyncio.to_thread(self._publisher.flush, self.settings.shutdown_grace_s)
-            except PublishError as err:
-                log.warning("gateway stopped with records Kafka did not take: %s", err)
-            self._polling.clear()
-            await asyncio.to_thread(poller.join)
+            deadline = time.monotonic() + self.settings.shutdown_grace_s
+            while len(self._producer) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # the poller serves the last callbacks
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+            if len(self._producer):
+                log.warning("gateway stopped with %d records Kafka did not take", len(self._producer))
 
     def _listen(self, server: grpc.aio.Server) -> int:
         address = f"{self.settings.host}:{self.settings.port}"
@@ -284,9 +341,11 @@ class Gateway:
             raise GatewayError(f"cannot listen on {address}")
         return port
 
-    def _poll(self) -> None:
-        while self._polling.is_set():
-            self._publisher.poll(0.1)
+    async def _poll(self) -> None:
+        """Serve the producer's callbacks on the loop: every few ms while records are out."""
+        while True:
+            self._producer.poll(0)
+            await asyncio.sleep(_POLL_S if len(self._producer) else _IDLE_POLL_S)
 
 
 @contextlib.contextmanager
