@@ -11,17 +11,6 @@ from types import FrameType
 import click
 
 from gpulens.cli_context import Context, pass_context
-from producers.kubernetes import (
-    GpuCatalog,
-    KubeApi,
-    LeaseElector,
-    Translator,
-    Watcher,
-    load_configuration,
-    read_published,
-)
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec, registry_client
 
 log = logging.getLogger("gpulens.watch")
 
@@ -52,6 +41,18 @@ def watch(
     e.g. custom kinds: GPULENS_WATCHER__CUSTOM_WORKLOADS='[{"group": "kubeflow.org",
     "version": "v1", "plural": "pytorchjobs", "kind": "PyTorchJob"}]'.
     """
+    from producers.kubernetes import (
+        GpuCatalog,
+        KubeApi,
+        LeaseElector,
+        Translator,
+        Watcher,
+        load_configuration,
+        read_published,
+    )
+    from producers.publishing import EventPublisher
+    from schemas.codec import AvroCodec, registry_client
+
     settings = context.settings
     name = cluster or settings.cluster
     watcher_settings = settings.watcher

@@ -3,12 +3,45 @@
 One agent per node publishes one GpuSampleBatch per interval, DeviceInventory when it changes
 (and every ``inventory_interval_s``), and ContainerEvents when a container gains or loses
 devices. Records the broker does not acknowledge wait in a bounded on-disk spool.
+
+Names load on first use (PEP 562): every GPULens process imports
+``producers.agent.settings`` for its configuration, and that must not load the agent's gRPC
+stubs, spool and collectors with it.
 """
 
-from producers.agent.building import build_agent, collectors_for
-from producers.agent.events import NodeIdentity
-from producers.agent.metrics import AgentMetrics
-from producers.agent.running import NodeAgent
-from producers.agent.settings import AgentSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from producers.agent.building import build_agent, collectors_for
+    from producers.agent.events import NodeIdentity
+    from producers.agent.metrics import AgentMetrics
+    from producers.agent.running import NodeAgent
+    from producers.agent.settings import AgentSettings
+
+_EXPORTS: dict[str, str] = {
+    "AgentMetrics": "metrics",
+    "AgentSettings": "settings",
+    "NodeAgent": "running",
+    "NodeIdentity": "events",
+    "build_agent": "building",
+    "collectors_for": "building",
+}
+"""Public name -> the submodule defining it."""
 
 __all__ = ["AgentMetrics", "AgentSettings", "NodeAgent", "NodeIdentity", "build_agent", "collectors_for"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

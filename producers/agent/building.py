@@ -17,7 +17,6 @@ from producers.agent.running import NodeAgent, utcnow
 from producers.agent.sending import SpoolingSender
 from producers.agent.settings import AgentSettings
 from producers.agent.spooling import Spool
-from producers.gateway.publishing import GatewayPublisher
 from producers.publishing import BasePublisher, EventPublisher
 from schemas.codec import AvroCodec
 from schemas.settings import KafkaSettings
@@ -56,6 +55,8 @@ def build_agent(
     metrics = metrics or AgentMetrics()
     publisher: BasePublisher
     if settings.transport == "gateway":
+        from producers.gateway.publishing import GatewayPublisher  # its gRPC stubs only when used
+
         publisher = GatewayPublisher(settings.gateway, codec, delivery_timeout_s=settings.delivery_timeout_s)
     else:
         publisher = EventPublisher(

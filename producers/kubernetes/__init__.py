@@ -4,27 +4,60 @@ resources     what is watched (definitions)       translating   objects -> event
 api           the official client, raw JSON        watching      list, watch, resume, relist on 410
 reconciling   what changed since last published    restoring     last published state from the topics
 leading       Lease-based leader election          running       the process: threads, sessions
+
+Names load on first use (PEP 562): every process imports ``producers.kubernetes.settings``
+for its configuration, and that must not cost it the Kubernetes client.
 """
 
-from producers.kubernetes.api import KubeApi, load_configuration
-from producers.kubernetes.exceptions import (
-    ConflictError,
-    KubernetesApiError,
-    NotFoundError,
-    PermanentApiError,
-    ResourceExpiredError,
-    StateRestoreError,
-    TemporaryApiError,
-    WatcherError,
-)
-from producers.kubernetes.gpus import GpuCatalog
-from producers.kubernetes.leading import LeaseElector
-from producers.kubernetes.quantities import parse_quantity
-from producers.kubernetes.reconciling import Reconciler
-from producers.kubernetes.restoring import read_published
-from producers.kubernetes.running import Watcher
-from producers.kubernetes.settings import CustomWorkloadKind, LeaseSettings, WatcherSettings
-from producers.kubernetes.translating import Translator
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from producers.kubernetes.api import KubeApi, load_configuration
+    from producers.kubernetes.exceptions import (
+        ConflictError,
+        KubernetesApiError,
+        NotFoundError,
+        PermanentApiError,
+        ResourceExpiredError,
+        StateRestoreError,
+        TemporaryApiError,
+        WatcherError,
+    )
+    from producers.kubernetes.gpus import GpuCatalog
+    from producers.kubernetes.leading import LeaseElector
+    from producers.kubernetes.quantities import parse_quantity
+    from producers.kubernetes.reconciling import Reconciler
+    from producers.kubernetes.restoring import read_published
+    from producers.kubernetes.running import Watcher
+    from producers.kubernetes.settings import CustomWorkloadKind, LeaseSettings, WatcherSettings
+    from producers.kubernetes.translating import Translator
+
+_EXPORTS: dict[str, str] = {
+    "ConflictError": "exceptions",
+    "CustomWorkloadKind": "settings",
+    "GpuCatalog": "gpus",
+    "KubeApi": "api",
+    "KubernetesApiError": "exceptions",
+    "LeaseElector": "leading",
+    "LeaseSettings": "settings",
+    "NotFoundError": "exceptions",
+    "PermanentApiError": "exceptions",
+    "Reconciler": "reconciling",
+    "ResourceExpiredError": "exceptions",
+    "StateRestoreError": "exceptions",
+    "TemporaryApiError": "exceptions",
+    "Translator": "translating",
+    "Watcher": "running",
+    "WatcherError": "exceptions",
+    "WatcherSettings": "settings",
+    "load_configuration": "api",
+    "parse_quantity": "quantities",
+    "read_published": "restoring",
+}
+"""Public name -> the submodule defining it."""
 
 __all__ = [
     "ConflictError",
@@ -48,3 +81,16 @@ __all__ = [
     "parse_quantity",
     "read_published",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
