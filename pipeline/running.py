@@ -7,8 +7,9 @@ suppressed up to the committed offsets: events are the truth, state is derived. 
 bounds history by the input topics' retention; a state changelog would lift that.)
 
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
-cluster. Scale-out is by cluster (one worker per set of clusters), not by partition. One
-worker group per output topic: two groups writing the same outputs would both publish.
+cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
+of its own (its own ``--group``), and one worker group per output topic: two groups writing
+the same outputs would both publish.
 """
 
 from __future__ import annotations

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from allocation_oracle import expected_rows
+from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.config import load_settings
 from gpulens.platform import write_private_config
 from infra.launching import ServiceManager, ServiceSpec, State
 from infra.supervising import Supervisor, describe_exit, read_restarts
@@ -130,6 +134,24 @@ def running_up(tmp_path: Path) -> Iterator[Path]:
         subprocess.run([*GPULENS, "--config", str(config), "down"], capture_output=True, timeout=300)
 
 
+def exported(config: Path, name: str, cluster: str) -> float | None:
+    """The value of ``name{cluster=...}`` on the exporter's /metrics, None while it has none."""
+    exporter = load_settings(config).exporter
+    with urllib.request.urlopen(f"http://{exporter.host}:{exporter.port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("cluster") == cluster:
+                return sample.value
+    return None
+
+
+def capacity_of(nodes_csv: Path) -> int:
+    """GPUs of every node in the trace (all Ready and schedulable from the replay's start)."""
+    with nodes_csv.open() as handle:
+        return sum(int(row["gpu"]) for row in csv.DictReader(handle))
+
+
 def test_processes_killed_during_up_are_restarted_and_lose_no_record(running_up: Path) -> None:
     config, cluster = running_up, "supervised"
     pod_events = sum(
@@ -173,3 +195,11 @@ def test_processes_killed_during_up_are_restarted_and_lose_no_record(running_up:
     epoch = int(EPOCH.timestamp())
     assert [int(start) - epoch for start, _ in rows] == [w.window_start for w in windows]
     assert [float(avg) for _, avg in rows] == pytest.approx([w.gpus_allocated_avg for w in windows], abs=1e-6)
+
+    # Prometheus shows the allocation rate of the newest window, as the CSV gives it.
+    last_rate = windows[-1].gpus_allocated_avg / capacity_of(NODES_CSV)
+    wait_for(
+        lambda: exported(config, "gpu_allocation_rate", cluster) == pytest.approx(last_rate, abs=1e-9),
+        60,
+        f"gpu_allocation_rate{{cluster={cluster!r}}} = {last_rate:.6f} on the exporter",
+    )
