@@ -8,7 +8,7 @@ starts a private platform (noida-db broker, schema registry, chDB holder: free p
 temporary directory), then the pipeline as a deployment runs it, as subprocesses: ``gpulens
 worker --window 30 --processors allocation,workloads,alerts,changelog`` (the Kubernetes
 manifest's worker: node rows and the cluster overview on), ``gpulens sink`` (default batches:
-100,000 rows or 2 s) and ``gpulens exporter`` (``--no-exporter`` leaves it out). Then the
+100,000 rows or 1 s) and ``gpulens exporter`` (``--no-exporter`` leaves it out). Then the
 simulator (:mod:`bench.e2e_simulator`: `gpulens simulate`'s code with an exact start) publishes
 the cluster at real time for ``--duration`` s, and the run waits up to ``--drain-timeout`` s
 for the pipeline to catch up. Measured, over the *steady window* (``--warmup`` s after the

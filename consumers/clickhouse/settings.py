@@ -42,7 +42,9 @@ class SinkSettings(BaseModel):
         description="Write a batch once it holds this many rows (over all tables): few large inserts.",
     )
     batch_seconds: float = Field(
-        default=2.0, gt=0, description="Write a batch at the latest this long after its first record."
+        default=1.0,
+        gt=0,
+        description="Write a batch at the latest this long after its first record (latency vs insert size).",
     )
     retry_backoff_s: tuple[float, ...] = Field(
         default=(0.2, 0.5, 1.0, 2.0, 5.0),
