@@ -6,6 +6,7 @@ a temporary directory. Tests isolate themselves by topic, subject and database n
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,3 +52,14 @@ def codec(platform: GPULensSettings) -> AvroCodec:
 def unique() -> str:
     """A short unique suffix for names a test creates (topics, subjects, groups, databases)."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (append them): killed at its end if still running, and reaped."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +23,10 @@ from producers.gateway import (
     BATCH_ID_METADATA,
     Gateway,
     GatewayClientSettings,
+    GatewayPublisher,
     running_gateway,
 )
+from producers.publishing import PublishError
 from protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
 from schemas.codec import AvroCodec
 from schemas.settings import KafkaSettings
@@ -217,3 +221,60 @@ def test_the_agent_configured_for_the_gateway_delivers_its_samples_through_it(
     assert [s.index for s in samples.samples] == [0, 1]
     received = gateway.metrics.registry.get_sample_value("gpulens_gateway_events_received_total")
     assert received == 2  # the sample batch and the inventory, in one message
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate and key for localhost / 127.0.0.1, made by openssl."""
+    cert, key = directory / "gateway.pem", directory / "gateway.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
+def test_with_tls_an_agent_trusting_the_ca_is_served_and_a_plaintext_one_is_not(
+    platform, codec, unique, tmp_path
+) -> None:
+    topic = private_topic(platform.kafka, f"test.gateway.tls.{unique}")
+    cert, key = self_signed(tmp_path)
+    gateway = Gateway(gateway_settings(tls_cert=cert, tls_key=key), platform.kafka, codec, topics=[topic])
+    with running_gateway(gateway):
+        address = f"localhost:{gateway.port}"
+        trusted = GatewayPublisher(GatewayClientSettings(address=address, token=TOKEN, tls_ca=cert), codec)
+        try:
+            trusted.produce(topic.name, *storage_event(codec, topic, "over-tls"))
+            trusted.flush(30)
+        finally:
+            trusted.close()
+        plaintext = GatewayPublisher(
+            GatewayClientSettings(address=address, token=TOKEN, retry_backoff_s=0.1),
+            codec,
+            delivery_timeout_s=2,
+        )
+        try:
+            plaintext.produce(topic.name, *storage_event(codec, topic, "in-clear"))
+            with pytest.raises(PublishError):
+                plaintext.flush(10)
+        finally:
+            plaintext.close()
+    assert event_ids(platform.kafka, codec, topic) == {"over-tls": 1}

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
@@ -94,18 +93,8 @@ def _lag_gauge(group: str, topic: str) -> float | None:
     return REGISTRY.get_sample_value("gpulens_consumer_lag_records", {"consumer": group, "topic": topic})
 
 
-@pytest.fixture
-def sink_processes():
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-
-
 def test_a_sink_killed_mid_load_and_restarted_stores_every_sample_exactly_once(
-    platform, codec, config_file, unique, sink_processes
+    platform, codec, config_file, unique, spawned
 ) -> None:
     cluster, group, database = f"kill-{unique}", f"sink-{unique}", f"kill_{unique}"
     expected = LOAD * GPUS
@@ -119,7 +108,7 @@ def test_a_sink_killed_mid_load_and_restarted_stores_every_sample_exactly_once(
     def start() -> subprocess.Popen[bytes]:
         with log.open("ab") as stderr:
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-        sink_processes.append(process)
+        spawned.append(process)
         return process
 
     client = get_client(platform.clickhouse)

@@ -11,7 +11,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.state_tables import StateTables, Tombstone
@@ -159,18 +158,8 @@ def wait_for_count(platform, topic: TopicSpec, cluster: str, count: int, timeout
         time.sleep(0.5)
 
 
-@pytest.fixture
-def worker_processes():
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-
-
 def test_state_topics_hold_every_change_once_across_a_kill_and_restart(
-    platform, codec: AvroCodec, config_file: Path, unique: str, worker_processes
+    platform, codec: AvroCodec, config_file: Path, unique: str, spawned
 ) -> None:
     cluster = f"state-{unique}"
     command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "worker"]
@@ -179,7 +168,7 @@ def test_state_topics_hold_every_change_once_across_a_kill_and_restart(
     def start() -> subprocess.Popen[bytes]:
         with (config_file.parent / f"worker-s-{unique}.log").open("ab") as log:
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-        worker_processes.append(process)
+        spawned.append(process)
         return process
 
     publisher = EventPublisher(platform.kafka, codec)

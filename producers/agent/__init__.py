@@ -11,8 +11,9 @@ stubs, spool and collectors with it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from schemas.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from producers.agent.building import build_agent, collectors_for
@@ -34,14 +35,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["AgentMetrics", "AgentSettings", "NodeAgent", "NodeIdentity", "build_agent", "collectors_for"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
