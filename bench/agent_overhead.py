@@ -26,14 +26,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.e2e_probes import usage
 from gpulens.platform import free_port, private_platform
 from schemas.topic_admin import create_topics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_kubelet import serving
 from fake_sysfs import build_sysfs
-
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _status(pid: int) -> dict[str, float]:
@@ -47,8 +46,10 @@ def _status(pid: int) -> dict[str, float]:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    measured = usage([pid])
+    if measured is None:
+        raise SystemExit(f"the agent (pid {pid}) is gone")
+    return measured.cpu_s
 
 
 def _published(metrics_url: str) -> float:

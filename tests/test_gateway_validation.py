@@ -23,20 +23,10 @@ from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.exceptions import DecodeError
 from schemas.models import Record
-from schemas.topics import (
-    CONTAINERS,
-    DEVICE_INVENTORY,
-    GPU_SAMPLES,
-    NODES,
-    PODS,
-    STORAGE,
-    WORKLOADS,
-    TopicSpec,
-    record_key,
-)
+from schemas.topics import NODES, PODS, STORAGE, TopicSpec, record_key
 
-TOPICS = [GPU_SAMPLES, DEVICE_INVENTORY, CONTAINERS, NODES, PODS, WORKLOADS, STORAGE]
-"""The topics agents and watchers send, each with an example record."""
+TOPICS = list(example_events())
+"""The topics agents and watchers send: every one schemas.examples has a record for."""
 
 
 def encoded(codec: AvroCodec, spec: TopicSpec) -> tuple[bytes, bytes]:
