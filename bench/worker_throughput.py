@@ -1,40 +1,82 @@
-"""Stream-worker throughput per processor, beside a plain consumer baseline, in events/s.
+"""Stream-worker throughput per processor, beside a plain consumer baseline, per CPU-second.
 
-    python -m bench.worker_throughput
+    python -m bench.worker_throughput [--fleet-nodes 1250] [--fleet-seconds 120] [--skip-traces]
 
-Publishes both real traces (Alibaba v2023: 21.5k pod/node events; GenAI: 52.6k events, mostly
-GPU sample batches) to a private platform, then runs each processor in-process from offset 0
-until it has processed every input record, and a plain confluent-kafka consumer that only
-decodes the same records. One process, the broker on the same 2 cores. Prints, never asserts.
+Two data sets, each on a private platform of its own (noida-db broker on the same 2 cores):
+
+* **traces**: both real traces (Alibaba v2023: 21.5k pod/node events; GenAI: 52.6k events,
+  mostly one-GPU sample batches);
+* **fleet**: the GPU-sample path at fleet scale, ``gpulens simulate``'s records for
+  ``--fleet-nodes`` nodes of 8 GPUs sampled every 2 s over ``--fleet-seconds`` (the node
+  agents' batches: one record per node and interval).
+
+For each processor the worker runs in-process from offset 0 until it has processed every
+input record, and a plain confluent-kafka consumer decodes the same records first (the floor
+of any processor). The interpreter is tuned as `gpulens worker` tunes it
+(:mod:`gpulens.tuning`). Figures are per wall second and per CPU-second of this process (its
+librdkafka threads included; the broker is another process). Prints, never asserts.
 """
 
 from __future__ import annotations
 
+import argparse
 import resource
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from gpulens.config import GPULensSettings as Settings
 from gpulens.platform import private_platform
+from gpulens.tuning import tune_for_throughput
 from pipeline.alerting import AlertRules
-from pipeline.operators import AlertOperator, AllocationOperator, DeviceChangelogOperator, Operator
+from pipeline.operators import (
+    AlertOperator,
+    AllocationOperator,
+    DeviceChangelogOperator,
+    Operator,
+    StateOperator,
+    WorkloadUsageOperator,
+)
 from pipeline.running import StreamWorker, WorkerOptions
 from pipeline.windows import TumblingWindows
 from producers.publishing import EventPublisher
 from producers.replay import alibaba_v2023, genai_duty
 from producers.replay.locating import traces_dir
 from producers.replay.pacing import replay
+from producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
 from schemas.codec import AvroCodec, registry_client
+from schemas.models import GpuSampleBatch
 from schemas.topic_admin import create_topics
+from schemas.topics import GPU_SAMPLES
 
 HOUR = 3_600_000
+Cases = dict[str, Callable[[], list[Operator]]]
 
 
-def publish_traces(settings, codec: AvroCodec) -> None:
+@dataclass(frozen=True, slots=True)
+class Measured:
+    name: str
+    records: int
+    wall_s: float
+    cpu_s: float
+    samples: int = 0
+
+    def line(self) -> str:
+        per_cpu = self.records / max(self.cpu_s, 1e-9)
+        samples = f"{self.samples / max(self.cpu_s, 1e-9):>12,.0f}" if self.samples else f"{'':>12}"
+        return (
+            f"{self.name:<40} {self.records:>9,} {self.records / self.wall_s:>10,.0f} "
+            f"{per_cpu:>11,.0f} {samples}"
+        )
+
+
+def publish_traces(settings: Settings, codec: AvroCodec) -> None:
     traces = traces_dir()
     alibaba = alibaba_v2023.plan(
         alibaba_v2023.read_nodes(traces / "alibaba-gpu-v2023/openb_node_list_gpu_node.csv"),
@@ -49,7 +91,17 @@ def publish_traces(settings, codec: AvroCodec) -> None:
         replay(events, EventPublisher(settings.kafka, codec))
 
 
-def input_count(settings, operators: list[Operator]) -> int:
+def publish_fleet(settings: Settings, codec: AvroCodec, nodes: int, seconds: float) -> None:
+    spec = SimulationSpec(
+        nodes=nodes, gpus_per_node=8, interval_s=2.0, start=datetime(2025, 1, 1, tzinfo=UTC),
+        duration_s=seconds, cluster="fleet",
+    )  # fmt: skip
+    publisher = EventPublisher(settings.kafka, codec)
+    publish_simulation(ClusterSimulation(spec), publisher, speed=0)
+    del publisher
+
+
+def input_count(settings: Settings, operators: list[Operator]) -> int:
     probe = Consumer(settings.kafka.librdkafka(**{"group.id": "bench-probe"}))
     total = 0
     for spec in {s for op in operators for s in op.inputs}:
@@ -59,22 +111,22 @@ def input_count(settings, operators: list[Operator]) -> int:
     return total
 
 
-def run_worker(settings, codec: AvroCodec, name: str, operators: list[Operator]) -> tuple[int, float]:
+def run_worker(settings: Settings, codec: AvroCodec, name: str, operators: list[Operator]) -> Measured:
     expected = input_count(settings, operators)
     worker = StreamWorker(
         settings.kafka, codec, operators, WorkerOptions(group_id=f"bench-{name}", idle_ms=500)
     )
     stop = threading.Event()
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     while worker.processed < expected:
         worker.step()
-    elapsed = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     stop.set()
     worker.run(stop)
-    return expected, elapsed
+    return Measured(name, expected, wall, cpu)
 
 
-def baseline(settings, codec: AvroCodec, operators: list[Operator]) -> tuple[int, float]:
+def baseline(settings: Settings, codec: AvroCodec, operators: list[Operator]) -> Measured:
     """A plain consumer that only decodes the same input records (the floor of any processor)."""
     specs = {s.name: s for op in operators for s in op.inputs}
     expected = input_count(settings, operators)
@@ -82,45 +134,88 @@ def baseline(settings, codec: AvroCodec, operators: list[Operator]) -> tuple[int
         settings.kafka.librdkafka(**{"group.id": "bench-baseline", "enable.auto.commit": False})
     )
     consumer.assign([TopicPartition(s.name, p, 0) for s in specs.values() for p in range(s.partitions)])
-    seen = 0
-    start = time.perf_counter()
+    seen = samples = 0
+    wall, cpu = time.perf_counter(), time.process_time()
     while seen < expected:
         for message in consumer.consume(10_000, 1.0):
             if message.error() is None:
-                codec.decode(specs[message.topic()], message.value())
+                record = codec.decode(specs[message.topic() or ""], message.value() or b"")
+                samples += len(record.samples) if isinstance(record, GpuSampleBatch) else 0
                 seen += 1
-    elapsed = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     consumer.close()
-    return seen, elapsed
+    return Measured("  baseline: consume + decode", seen, wall, cpu, samples)
+
+
+def measure(settings: Settings, codec: AvroCodec, cases: Cases) -> list[Measured]:
+    rows = []
+    for index, (name, make) in enumerate(cases.items()):
+        print(f"... {name}", flush=True)
+        operators = make()
+        floor = baseline(settings, codec, operators)
+        rows.append(floor)
+        done = run_worker(settings, codec, f"{index}-{name.split()[0]}", operators)
+        rows.append(Measured(name, done.records, done.wall_s, done.cpu_s, floor.samples))
+    return rows
+
+
+TRACE_CASES: Cases = {
+    "allocation (30 s windows, per node)": lambda: [
+        AllocationOperator(TumblingWindows(30_000), per_node=True)
+    ],
+    "allocation (1 h windows, cluster)": lambda: [AllocationOperator(TumblingWindows(HOUR), per_node=False)],
+    "alerts": lambda: [AlertOperator(AlertRules())],
+    "changelog": lambda: [DeviceChangelogOperator()],
+    "state": lambda: [StateOperator()],
+}
+
+FLEET_CASES: Cases = {
+    "alerts": lambda: [AlertOperator(AlertRules())],
+    "workloads (30 s windows)": lambda: [WorkloadUsageOperator(TumblingWindows(30_000))],
+    "overview (30 s windows, per node)": lambda: [
+        AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True)
+    ],
+    "all five, as `gpulens worker` runs": lambda: [
+        AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True),
+        WorkloadUsageOperator(TumblingWindows(30_000)),
+        AlertOperator(AlertRules()),
+        DeviceChangelogOperator(),
+        StateOperator(),
+    ],
+}
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp, private_platform(Path(tmp)) as settings:
-        create_topics(settings.kafka)
-        codec = AvroCodec(registry_client(settings.registry.url))
-        print("... publishing both traces", flush=True)
-        publish_traces(settings, codec)
-        cases: dict[str, list[Operator]] = {
-            "allocation (30 s windows, per node)": [
-                AllocationOperator(TumblingWindows(30_000), per_node=True)
-            ],
-            "allocation (1 h windows, cluster)": [
-                AllocationOperator(TumblingWindows(3_600_000), per_node=False)
-            ],
-            "alerts": [AlertOperator(AlertRules())],
-            "changelog": [DeviceChangelogOperator()],
-        }
-        rows = []
-        for name, operators in cases.items():
-            print(f"... {name}", flush=True)
-            count, elapsed = baseline(settings, codec, operators)
-            rows.append(("  baseline: consume + decode", count, count / elapsed))
-            count, elapsed = run_worker(settings, codec, name.split()[0] + str(len(rows)), operators)
-            rows.append((name, count, count / elapsed))
-        print(f"\n{'processor':<38} {'records':>8} {'records/s':>10}")
-        for name, count, rate in rows:
-            print(f"{name:<38} {count:>8,} {rate:>10,.0f}")
-        print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleet-nodes", type=int, default=1250, help="Simulated nodes (8 GPUs each).")
+    parser.add_argument("--fleet-seconds", type=float, default=120.0, help="Simulated seconds.")
+    parser.add_argument("--skip-traces", action="store_true", help="Only the fleet sample path.")
+    args = parser.parse_args()
+    tune_for_throughput()  # as `gpulens worker` does
+    sections: list[tuple[str, list[Measured]]] = []
+    for title, publish, cases in (
+        ("traces (Alibaba v2023 + GenAI)", publish_traces, TRACE_CASES),
+        (
+            f"fleet sample path ({args.fleet_nodes:,} nodes x 8 GPUs every 2 s, {args.fleet_seconds:g} s)",
+            lambda s, c: publish_fleet(s, c, args.fleet_nodes, args.fleet_seconds),
+            FLEET_CASES,
+        ),
+    ):
+        if args.skip_traces and publish is publish_traces:
+            continue
+        with tempfile.TemporaryDirectory() as tmp, private_platform(Path(tmp)) as settings:
+            create_topics(settings.kafka)
+            codec = AvroCodec(registry_client(settings.registry.url))
+            print(f"... publishing the {title}", flush=True)
+            publish(settings, codec)
+            sections.append((title, measure(settings, codec, cases)))
+    for title, rows in sections:
+        print(f"\n{title}")
+        print(f"{'processor':<40} {'records':>9} {'records/s':>10} {'per CPU-s':>11} {'samples/CPU-s':>12}")
+        for row in rows:
+            print(row.line())
+    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+    print(f"(samples/CPU-s: GPU samples in {GPU_SAMPLES.name} per CPU-second of this process)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from types import FrameType
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.tuning import tune_for_throughput
 
 
 @click.command()
@@ -41,4 +42,5 @@ def exporter(context: Context, host: str | None, port: int | None, group_id: str
     signal.signal(signal.SIGINT, _stop)
     click.echo(f"exporter {options.group_id}: reading {settings.kafka.bootstrap_servers}", err=True)
     codec = AvroCodec(registry_client(settings.registry.url))
+    tune_for_throughput()
     run_exporter(settings.kafka, codec, options, stop)

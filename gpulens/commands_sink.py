@@ -9,6 +9,7 @@ from types import FrameType
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.tuning import tune_for_throughput
 
 
 @click.command()
@@ -67,6 +68,7 @@ def sink(
         err=True,
     )
     codec = AvroCodec(registry_client(settings.registry.url))
+    tune_for_throughput()
     run_sink(settings.kafka, codec, settings.clickhouse, options, stop, group_id=group_id)
 
 

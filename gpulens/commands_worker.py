@@ -9,6 +9,7 @@ from types import FrameType
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.tuning import tune_for_throughput
 
 PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
 
@@ -158,6 +159,7 @@ def worker(
         f"worker {group_id}: {', '.join(chosen)}; reading {settings.kafka.bootstrap_servers}", err=True
     )
     codec = AvroCodec(registry_client(settings.registry.url))
+    tune_for_throughput()
     StreamWorker(settings.kafka, codec, operators, WorkerOptions(group_id=group_id, idle_ms=idle_ms)).run(
         stop
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from contextlib import suppress
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from pydantic import ValidationError
 
 from schemas.avro_schema import committed
+from schemas.compiled_reader import NotCompiled, Reader, compile_reader
 from schemas.exceptions import DecodeError, DecodeFailure, IncompatibleSchemaError, RegistryError
 from schemas.models import Record
 from schemas.topics import TopicSpec
@@ -28,6 +30,14 @@ _HEADER = struct.Struct(">bI")
 
 R = TypeVar("R", bound=Record)
 _UNKNOWN = object()
+
+
+@lru_cache(maxsize=64)
+def _compiled(model: type[Record]) -> Reader | None:
+    try:
+        return compile_reader(model)
+    except NotCompiled:
+        return None
 
 
 @lru_cache(maxsize=256)
@@ -50,6 +60,8 @@ class AvroCodec:
         self._texts: dict[int, Any] = {}
         self._readers: dict[tuple[int, str], Any] = {}
         """Reader schema per (writer id, topic): None when they are the same schema."""
+        self._compiled: dict[tuple[int, str], Reader | None] = {}
+        """Generated reader per (writer id, topic): None where the exact path must decode."""
 
     # --- encoding ------------------------------------------------------------------------
 
@@ -77,6 +89,12 @@ class AvroCodec:
     def decode(self, topic: TopicSpec, data: bytes, record: type[R] | None = None) -> R:
         """The validated record in ``data``; :class:`DecodeError` when it can never be one."""
         model = record or topic.record
+        if model is topic.record and len(data) > _HEADER.size and data[0] == MAGIC:
+            key = (int.from_bytes(data[1:5]), topic.name)
+            reader = self._compiled[key] if key in self._compiled else self._compile(*key, topic)
+            if reader is not None:
+                with suppress(Exception):  # anything it cannot read, the exact path decides
+                    return reader(data, _HEADER.size)  # type: ignore[return-value]
         values = self.decode_dict(topic, data)
         try:
             return model.model_validate(values)  # type: ignore[return-value]
@@ -112,6 +130,16 @@ class AvroCodec:
         if not isinstance(values, dict):
             raise DecodeError(DecodeFailure.AVRO_DECODE, f"schema id {schema_id}: not a record")
         return values
+
+    def _compile(self, schema_id: int, _name: str, topic: TopicSpec) -> Reader | None:
+        """The generated reader, where the writer's schema is the topic's own (else None)."""
+        self._writer(schema_id)
+        reader = self._readers.get((schema_id, topic.name), _UNKNOWN)
+        if reader is _UNKNOWN:
+            reader = self._reader(schema_id, topic)
+        compiled = _compiled(topic.record) if reader is None else None
+        self._compiled[(schema_id, topic.name)] = compiled
+        return compiled
 
     def _reader(self, schema_id: int, topic: TopicSpec) -> Any:
         """The topic's schema, or None when the writer's is the same: resolving a schema against

@@ -10,11 +10,11 @@ the codec, then the record's key.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from avro_damage import damaged
 
 from producers.gateway.exceptions import InvalidBatch, RejectReason
 from producers.gateway.validating import BatchValidator, compile_shape
@@ -52,16 +52,6 @@ def verdict(validator: BatchValidator, spec: TopicSpec, key: bytes, value: bytes
     except InvalidBatch:
         return False
     return True
-
-
-def damaged(value: bytes, rng: random.Random) -> Iterator[bytes]:
-    """Every prefix, every byte changed to a few others, one byte appended."""
-    for length in range(len(value)):
-        yield value[:length]
-    for index in range(5, len(value)):  # the header (magic byte, schema id) has tests of its own
-        for replacement in {0x00, 0x01, 0x7F, 0x80, 0xFF, rng.randrange(256)} - {value[index]}:
-            yield value[:index] + bytes([replacement]) + value[index + 1 :]
-    yield value + b"\x00"
 
 
 @pytest.mark.parametrize("spec", TOPICS, ids=lambda s: s.name)
