@@ -48,7 +48,6 @@ def compile_reader(model: type[Record]) -> Reader:
     source = _Source()
     root = source.record(model)
     namespace: dict[str, Any] = {
-        "_long": _long,
         "_double": struct.Struct("<d").unpack_from,
         "_float": struct.Struct("<f").unpack_from,
         "_epoch": datetime(1970, 1, 1, tzinfo=UTC),
@@ -69,18 +68,64 @@ def compile_reader(model: type[Record]) -> Reader:
     return reader
 
 
-def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint of more than one byte (the one-byte case is inlined)."""
-    value = 0
-    for shift in range(0, 64, 7):
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if value >= 1 << 64:  # beyond Avro's 64-bit long
-                break
-            return (value >> 1) ^ -(value & 1), pos
-    raise ValueError("varint beyond 64 bits")
+_MIN_RUN = 3
+"""Fewest optional doubles in a row worth a speculative ``struct`` read."""
+
+
+def _runs(model: type[Record], hints: dict[str, Any]) -> list[list[str]]:
+    """The fields in order, grouped: runs of unconstrained optional doubles, others alone."""
+    groups: list[list[str]] = []
+    in_run = False
+    for field, info in model.model_fields.items():
+        if info.alias not in (None, field):
+            raise NotCompiled(f"{model.__name__}.{field} has an alias")
+        optional_double = hints[field] == float | None and not info.metadata
+        if optional_double and in_run:
+            groups[-1].append(field)
+        else:
+            groups.append([field])
+        in_run = optional_double
+    return groups
+
+
+def _nothing(_data: bytes, _pos: int) -> None:
+    """The guess before any record was read: none."""
+
+
+class _RunPatterns:
+    """Readers of a run of optional doubles, one per null/non-null pattern, made when first seen.
+
+    Each reads the union tags and values of its pattern with one ``struct`` call and answers
+    None unless every tag is exactly that pattern's (0: null, 2: a double follows).
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[bool, ...], Callable[[bytes, int], tuple[Any, ...] | None]] = {}
+
+    def __call__(self, pattern: tuple[bool, ...]) -> Callable[[bytes, int], tuple[Any, ...] | None]:
+        reader = self._made.get(pattern)
+        if reader is None:
+            reader = self._made[pattern] = self._make(pattern)
+        return reader
+
+    @staticmethod
+    def _make(pattern: tuple[bool, ...]) -> Callable[[bytes, int], tuple[Any, ...] | None]:
+        layout = struct.Struct("<" + "".join("Bd" if present else "B" for present in pattern))
+        unpacked = [f"t{i}, v{i}" if present else f"t{i}" for i, present in enumerate(pattern)]
+        tags = " or ".join(f"t{i} != {2 if present else 0}" for i, present in enumerate(pattern))
+        values = ", ".join(f"v{i}" if present else "None" for i, present in enumerate(pattern))
+        source = [
+            "def read(data, pos):",
+            f"    if len(data) - pos < {layout.size}:",
+            "        return None",
+            f"    {', '.join(unpacked)} = _unpack(data, pos)",
+            f"    if {tags}:",
+            "        return None",
+            f"    return {values}, pos + {layout.size}",
+        ]
+        namespace: dict[str, Any] = {"_unpack": layout.unpack_from}
+        exec("\n".join(source), namespace)
+        return namespace["read"]  # type: ignore[no-any-return]
 
 
 def _has_validators(model: type[Record]) -> bool:
@@ -112,13 +157,13 @@ class _Source:
         name = self._functions[model] = f"_read_{model.__name__}"
         hints = typing.get_type_hints(model, include_extras=True)
         body: list[str] = []
-        names: list[str] = []
-        for field, info in model.model_fields.items():
-            if info.alias not in (None, field):
-                raise NotCompiled(f"{model.__name__}.{field} has an alias")
-            var = f"f_{field}"
-            names.append(field)
-            self._value(body, var, hints[field], info.metadata, "    ")
+        names = list(model.model_fields)
+        for run in _runs(model, hints):
+            if len(run) >= _MIN_RUN:
+                self._speculative_run(body, run)
+                continue
+            for field in run:
+                self._value(body, f"f_{field}", hints[field], model.model_fields[field].metadata, "    ")
         cls = self._constant(model)
         fields = self._constant(frozenset(names))
         body += [
@@ -131,6 +176,19 @@ class _Source:
         ]
         self.lines += [f"def {name}(data, pos):", *body, ""]
         return name
+
+    def _speculative_run(self, out: list[str], run: list[str]) -> None:
+        """Optional doubles in a row: one ``struct`` call for the null/non-null pattern the last
+        record had, field by field when this one differs (then its pattern is the guess)."""
+        guess = self._constant([_nothing])
+        patterns = self._constant(_RunPatterns())
+        names = [f"f_{field}" for field in run]
+        out += [f"    r = {guess}[0](data, pos)", "    if r is None:"]
+        for var in names:
+            self._value(out, var, float | None, [], "        ")
+        present = ", ".join(f"{var} is not None" for var in names)
+        out += [f"        {guess}[0] = {patterns}(({present},))", "    else:"]
+        out.append(f"        {', '.join(names)}, pos = r")
 
     def _constant(self, value: Any) -> str:
         self._counter += 1
@@ -217,14 +275,20 @@ class _Source:
                 raise NotCompiled(f"constraint {check!r}")
 
     def _varint(self, out: list[str], var: str, pad: str) -> None:
-        out += [
-            f"{pad}b = data[pos]",
-            f"{pad}if b < 128:",
-            f"{pad}    {var} = (b >> 1) ^ -(b & 1)",
-            f"{pad}    pos += 1",
-            f"{pad}else:",
-            f"{pad}    {var}, pos = _long(data, pos)",
-        ]
+        """A zigzag long, unrolled: a call and a loop per varint cost twice as much (measured)."""
+        out += [f"{pad}b = data[pos]", f"{pad}if b < 128:", f"{pad}    {var} = (b >> 1) ^ -(b & 1)"]
+        out += [f"{pad}    pos += 1", f"{pad}else:", f"{pad}    n = b & 127"]
+        inner = pad + "    "
+        for index in range(1, 10):
+            last = index == 9  # the tenth byte holds bit 63 alone: more is beyond Avro's long
+            out += [f"{inner}b = data[pos + {index}]", f"{inner}if b < {2 if last else 128}:"]
+            out += [f"{inner}    n |= b << {7 * index}", f"{inner}    pos += {index + 1}", f"{inner}else:"]
+            if last:
+                out.append(f"{inner}    raise ValueError('varint beyond 64 bits')")
+            else:
+                out.append(f"{inner}    n |= (b & 127) << {7 * index}")
+                inner += "    "
+        out.append(f"{pad}    {var} = (n >> 1) ^ -(n & 1)")
 
     def _blocks(self, out: list[str], var: str, item: Any, pad: str, *, keyed: bool) -> None:
         """Array or map blocks: a count, negative when a byte size follows, up to a zero count."""
