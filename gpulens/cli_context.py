@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from gpulens.config import GPULensSettings, load_settings
+from schemas.sharding import Shard
 
-__all__ = ["Context", "pass_context"]
+__all__ = ["Context", "ShardType", "pass_context"]
 
 
 class Context:
@@ -28,3 +29,17 @@ class Context:
 
 
 pass_context = click.make_pass_decorator(Context)
+
+
+class ShardType(click.ParamType):
+    """``I/N``: which of N processes of one consumer group this is."""
+
+    name = "I/N"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Shard:
+        if isinstance(value, Shard):
+            return value
+        try:
+            return Shard.parse(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)

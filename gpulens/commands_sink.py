@@ -8,8 +8,9 @@ from types import FrameType
 
 import click
 
-from gpulens.cli_context import Context, pass_context
+from gpulens.cli_context import Context, ShardType, pass_context
 from gpulens.tuning import tune_for_throughput
+from schemas.sharding import Shard
 
 
 @click.command()
@@ -20,6 +21,13 @@ from gpulens.tuning import tune_for_throughput
     help="Oldest age of a batch [sink.batch_seconds].",
 )
 @click.option("--group", "group_id", help="Consumer group [sink.group_id]; one group per database.")
+@click.option(
+    "--shard",
+    type=ShardType(),
+    default="0/1",
+    show_default=True,
+    help="Run N sinks of one group as 0/N .. N-1/N: shard I reads partitions p with p % N == I.",
+)
 @click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus /metrics on this port.")
 @click.option(
     "--metrics-host",
@@ -33,6 +41,7 @@ def sink(
     batch_rows: int | None,
     batch_seconds: float | None,
     group_id: str | None,
+    shard: Shard,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -41,6 +50,8 @@ def sink(
     Applies the migrations first (waiting for ClickHouse if it is away), then consumes, writes
     batches bounded by rows and age, and commits Kafka offsets only after ClickHouse accepted
     a batch. On SIGTERM/Ctrl-C the batch in hand is written and committed before it exits.
+    To spread the load, run N sinks of one group with --shard 0/N ... N-1/N (a killed one is
+    restarted with its own shard: nothing is lost or stored twice).
     """
     from prometheus_client import start_http_server
 
@@ -64,12 +75,12 @@ def sink(
     click.echo(
         f"sink: {settings.kafka.bootstrap_servers} -> {settings.clickhouse.url} "
         f"database {settings.clickhouse.database}, batches of {options.batch_rows} rows / "
-        f"{options.batch_seconds} s",
+        f"{options.batch_seconds} s, shard {shard}",
         err=True,
     )
     codec = AvroCodec(registry_client(settings.registry.url))
     tune_for_throughput()
-    run_sink(settings.kafka, codec, settings.clickhouse, options, stop, group_id=group_id)
+    run_sink(settings.kafka, codec, settings.clickhouse, options, stop, group_id=group_id, shard=shard)
 
 
 @click.group()

@@ -6,9 +6,10 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.exceptions import DatabaseError
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.exceptions import ClickHouseError
@@ -16,9 +17,14 @@ from consumers.clickhouse.rows import SINK_TOPICS
 from consumers.clickhouse.settings import SinkSettings
 from consumers.clickhouse.sinking import run_sink
 from schemas.codec import AvroCodec
-from schemas.models import Record
+from schemas.examples import example_events
+from schemas.models import GpuSampleBatch, Record
+from schemas.sharding import EVERY_PARTITION, Shard
 from schemas.topic_admin import create_topics
-from schemas.topics import TopicSpec, record_key
+from schemas.topics import GPU_SAMPLES, TopicSpec, record_key
+
+GPUS = 8
+"""GPUs in each batch of :func:`sample_batches`."""
 
 FAST = SinkSettings(batch_rows=20_000, batch_seconds=0.3, retry_backoff_s=(0.1, 0.2, 0.5))
 
@@ -107,3 +113,67 @@ class SinkThread:
             return int(self.scalar(f"SELECT count() FROM {table} FINAL WHERE {where}"))
         except (ClickHouseError, DatabaseError):  # no database yet: the sink is still migrating
             return -1
+
+
+def sample_batches(cluster: str, count: int, *, first: int = 0) -> list[GpuSampleBatch]:
+    template = example_events(cluster)[GPU_SAMPLES]
+    sample = template.samples[0]
+    samples = [sample.model_copy(update={"device_id": f"gpu-{i}", "index": i}) for i in range(GPUS)]
+    start = datetime.now(UTC) - timedelta(hours=1)
+    return [
+        template.model_copy(
+            update={
+                "event_id": f"{cluster}-{n}",
+                "node": f"node-{n % 64}",
+                "event_time": start + timedelta(milliseconds=n),
+                "samples": samples,
+            }
+        )
+        for n in range(first, first + count)
+    ]
+
+
+def produce_batches(platform, codec: AvroCodec, topic: TopicSpec, records: list[GpuSampleBatch]) -> None:
+    producer = Producer(
+        platform.kafka.librdkafka(**{"linger.ms": 20, "queue.buffering.max.messages": 500_000})
+    )
+    template = records[0].model_dump()
+    for record in records:
+        values = {
+            **template,
+            "event_id": record.event_id,
+            "node": record.node,
+            "event_time": record.event_time,
+        }
+        producer.produce(topic.name, key=record_key(topic, record), value=codec.encode_dict(topic, values))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def partitions_of(consumer: Consumer, topics: list[str]) -> list[TopicPartition]:
+    metadata = consumer.list_topics(timeout=10).topics
+    return [TopicPartition(t, p) for t in topics for p in metadata[t].partitions]
+
+
+def commit_at_end(platform, group: str) -> None:
+    """Start ``group`` at the current end of the sink's topics: it sees only what comes next."""
+    consumer = Consumer(platform.kafka.librdkafka(**{"group.id": group}))
+    try:
+        ends = [
+            TopicPartition(tp.topic, tp.partition, consumer.get_watermark_offsets(tp, timeout=10)[1])
+            for tp in partitions_of(consumer, [spec.name for spec in SINK_TOPICS])
+        ]
+        consumer.commit(offsets=ends, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def committed_lag(platform, group: str, topic: str, shard: Shard = EVERY_PARTITION) -> int:
+    """Records of ``topic`` (the shard's partitions) not yet committed by ``group``."""
+    consumer = Consumer(platform.kafka.librdkafka(**{"group.id": group}))
+    try:
+        mine = [tp for tp in partitions_of(consumer, [topic]) if shard.owns(tp.partition)]
+        committed = consumer.committed(mine, timeout=10)
+        return sum(consumer.get_watermark_offsets(tp, timeout=10)[1] - max(tp.offset, 0) for tp in committed)
+    finally:
+        consumer.close()

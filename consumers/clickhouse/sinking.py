@@ -30,6 +30,7 @@ from schemas.codec import AvroCodec
 from schemas.consuming import ConsumeError, Decoded, DecodingConsumer, LagMonitor
 from schemas.ids import event_id
 from schemas.settings import KafkaSettings
+from schemas.sharding import EVERY_PARTITION, Shard
 from schemas.topics import TopicSpec
 
 __all__ = ["Batch", "ClickHouseSink", "run_sink"]
@@ -133,11 +134,13 @@ def run_sink(
     *,
     topics: Sequence[TopicSpec] = SINK_TOPICS,
     group_id: str | None = None,
+    shard: Shard = EVERY_PARTITION,
 ) -> None:
     """Migrate, then sink ``topics`` into ``clickhouse.database`` until ``stop`` is set.
 
-    Waits (with the settings' backoff) for ClickHouse to answer before it starts. One sink
-    per group: it reads every partition of ``topics``.
+    Waits (with the settings' backoff) for ClickHouse to answer before it starts. The
+    ``shard`` of the group's sinks it is reads that shard's partitions of ``topics`` (all of
+    them by default).
     """
     backoff = settings.retry_backoff_s
 
@@ -149,9 +152,12 @@ def run_sink(
 
     writer = retrying(connect, operation="connect", backoff=backoff, stop=stop)
     group = group_id or settings.group_id
-    start = _every_partition(kafka, group, topics)
+    start = [tp for tp in _every_partition(kafka, group, topics) if shard.owns(tp.partition)]
     consumer = DecodingConsumer(kafka, codec, group_id=group, topics=topics, start=start)
-    log.info("sinking %d topics into %s/%s", len(topics), clickhouse.url, clickhouse.database)
+    log.info(
+        "sinking %d partitions of %d topics (shard %s) into %s/%s",
+        len(start), len(topics), shard, clickhouse.url, clickhouse.database,
+    )  # fmt: skip
     lag = LagMonitor(kafka, group, start).start()
     try:
         ClickHouseSink(consumer, writer, settings).run(stop)
@@ -162,9 +168,9 @@ def run_sink(
 def _every_partition(kafka: KafkaSettings, group: str, topics: Sequence[TopicSpec]) -> list[TopicPartition]:
     """Every partition of ``topics``, from the group's committed offsets.
 
-    One sink process per group reads them all (assigned, not subscribed): on the embedded
-    broker a SIGKILLed group member is never expired, so a subscribed successor would wait
-    for a rebalance forever; assigned, it resumes at once.
+    Sinks are assigned their partitions, not subscribed: on the embedded broker a SIGKILLed
+    group member is never expired, so a subscribed successor would wait for a rebalance
+    forever; assigned, it resumes at once (several sinks of a group split them by shard).
     """
     consumer = Consumer(kafka.librdkafka(**{"group.id": group}))
     try:

@@ -1,0 +1,43 @@
+"""Static partition shards: N processes of one consumer group split its partitions between them.
+
+The embedded broker never expires a SIGKILLed group member, so a subscribed successor would
+wait for a rebalance forever (see :func:`consumers.clickhouse.sinking.run_sink`); processes
+are therefore assigned their partitions. Shard ``I/N`` owns partition ``p`` of every topic
+where ``p % N == I``: the shards of a group own every partition exactly once, each commits
+the offsets of its own, and a restarted shard resumes where it committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Shard ``index`` of ``count``; the default, 0/1, owns every partition."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(f"shard {self.index}/{self.count}: want I/N with N >= 1 and 0 <= I < N")
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``"I/N"``, e.g. ``"1/3"``: the second of three."""
+        index, slash, count = text.partition("/")
+        if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+            raise ValueError(f"shard {text!r}: want I/N, e.g. 0/2 and 1/2 for two processes")
+        return cls(int(index), int(count))
+
+    def owns(self, partition: int) -> bool:
+        """Whether ``partition`` (of any topic) is this shard's."""
+        return partition % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+EVERY_PARTITION = Shard()
+"""The only shard of a group of one: every partition."""
