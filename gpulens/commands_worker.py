@@ -8,8 +8,9 @@ from types import FrameType
 
 import click
 
-from gpulens.cli_context import Context, pass_context
+from gpulens.cli_context import Context, ShardType, pass_context
 from gpulens.tuning import tune_for_throughput
+from schemas.sharding import Shard
 
 PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
 
@@ -77,6 +78,14 @@ PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
     show_default=True,
     help="How long a quiet input partition may hold the others back (event-time merge).",
 )
+@click.option(
+    "--shard",
+    type=ShardType(),
+    default="0/1",
+    show_default=True,
+    help="Run N workers as 0/N .. N-1/N: shard I keeps the clusters whose name hashes to I "
+    "(its consumer group and transactional ids get the suffix -IofN).",
+)
 @click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus /metrics on this port.")
 @click.option(
     "--metrics-host",
@@ -96,6 +105,7 @@ def worker(
     pending_for: float,
     group_id: str,
     idle_ms: int,
+    shard: Shard,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -155,11 +165,13 @@ def worker(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if shard.count > 1:
+        group_id = f"{group_id}-{shard.index}of{shard.count}"
     click.echo(
-        f"worker {group_id}: {', '.join(chosen)}; reading {settings.kafka.bootstrap_servers}", err=True
+        f"worker {group_id}: {', '.join(chosen)}; shard {shard}; reading {settings.kafka.bootstrap_servers}",
+        err=True,
     )
     codec = AvroCodec(registry_client(settings.registry.url))
     tune_for_throughput()
-    StreamWorker(settings.kafka, codec, operators, WorkerOptions(group_id=group_id, idle_ms=idle_ms)).run(
-        stop
-    )
+    options = WorkerOptions(group_id=group_id, idle_ms=idle_ms, shard=shard)
+    StreamWorker(settings.kafka, codec, operators, options).run(stop)

@@ -31,12 +31,21 @@ from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
 from schemas.consuming import IdlePartitions, LagMonitor
 from schemas.dead_letters import DeadLetterPublisher
-from schemas.exceptions import DecodeError
+from schemas.exceptions import DecodeError, DecodeFailure
 from schemas.models import Event, Watermark
 from schemas.settings import KafkaSettings
+from schemas.sharding import EVERY_PARTITION, Shard
 from schemas.topics import TopicSpec, record_key
 
 log = logging.getLogger(__name__)
+
+
+class _OtherShard:
+    """Stands in the merge for a record of a cluster another shard keeps: only its offset counts."""
+
+
+OTHER_SHARD = _OtherShard()
+Input = Event | DecodeError | _OtherShard
 
 RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
 ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
@@ -56,6 +65,8 @@ class WorkerOptions:
     cycle_records: int = 20_000
     report_s: float = 10.0
     """How often progress is logged."""
+    shard: Shard = EVERY_PARTITION
+    """Which clusters this worker keeps (by record key); every one by default."""
 
 
 class StreamWorker:
@@ -92,7 +103,8 @@ class StreamWorker:
         self._fetched: dict[tuple[str, int], int] = {}
         """Next offset to fetch per partition."""
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
-        self._merges: dict[str, EventTimeMerge[Event | DecodeError]] = {}
+        self._merges: dict[str, EventTimeMerge[Input]] = {}
+        self._shard = options.shard if options.shard.count > 1 else None
         self._rank = {spec.name: rank for rank, spec in enumerate(self._inputs)}
         self._specs = {spec.name: spec for spec in self._inputs}
         self._records_in = {spec.name: RECORDS_IN.labels(spec.name) for spec in self._inputs}
@@ -234,11 +246,17 @@ class StreamWorker:
             log.warning("transient consume error: %s", error.str())
             return
         self._fetched[(topic, partition)] = (message.offset() or 0) + 1
-        record: Event | DecodeError
+        record: Input
+        key = message.key()
         try:
-            record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
-            event_ms = self._last_ms[(topic, partition)] = to_ms(record.event_time)
-            cluster = record.cluster
+            if self._shard is not None and not self._shard.owns_key(key):
+                record, event_ms, cluster = OTHER_SHARD, self._last_ms.get((topic, partition), 0), ""
+            else:
+                record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
+                if self._shard is not None:
+                    _check_key(key, record)
+                event_ms = self._last_ms[(topic, partition)] = to_ms(record.event_time)
+                cluster = record.cluster
         except DecodeError as err:
             # Undecodable records keep their place in the partition: the offset committed past
             # them must never skip a record still waiting in the merge.
@@ -254,22 +272,27 @@ class StreamWorker:
                 message.offset() or 0,
                 topic,
                 record,
-                message.key(),
+                key,
                 message.value(),
             )
         )
 
-    def _process(self, item: Stamped[Event | DecodeError]) -> None:
+    def _process(self, item: Stamped[Input]) -> None:
         record = item.record
         replaying = item.offset < self._resume.get((item.topic, item.partition), 0)
-        self._records_in[item.topic].inc()
         self.processed += 1
+        if record is OTHER_SHARD:
+            if not replaying:
+                self._advance(item.topic, item.partition, item.offset)
+            return
+        self._records_in[item.topic].inc()
         if isinstance(record, DecodeError):
             if not replaying:
                 self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
                                reason=record.reason.value, detail=record.detail)  # fmt: skip
                 self._advance(item.topic, item.partition, item.offset)
             return
+        assert isinstance(record, Event)
         if isinstance(record, Watermark) and record.final:
             log.info(
                 "final watermark of cluster %s at %s: closing its windows", record.cluster, record.event_time
@@ -326,3 +349,12 @@ class StreamWorker:
         self._positions.clear()
         self._pending = 0
         self._cycle_started = time.monotonic()
+
+
+def _check_key(key: bytes | None, record: Event) -> None:
+    """A sharded worker places records by key: the key must name the record's cluster."""
+    cluster = record.cluster.encode()
+    if key != cluster and not (key or b"").startswith(cluster + b"/"):
+        raise DecodeError(
+            DecodeFailure.KEY_MISMATCH, f"key {key!r} does not name the record's cluster {record.cluster!r}"
+        )

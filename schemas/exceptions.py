@@ -43,6 +43,9 @@ class DecodeFailure(StrEnum):
     """The body does not decode with the writer schema (truncated, garbage, wrong schema)."""
     INVALID_RECORD = "invalid-record"
     """Valid Avro whose values break the event model's rules."""
+    KEY_MISMATCH = "key-mismatch"
+    """The key names another cluster than the record does: a worker sharded by cluster cannot
+    place it."""
 
 
 class DecodeError(GPULensError):

@@ -1,14 +1,19 @@
-"""Static partition shards: N processes of one consumer group split its partitions between them.
+"""Static shards: N processes split a load, sinks by partition and workers by cluster.
 
 The embedded broker never expires a SIGKILLed group member, so a subscribed successor would
 wait for a rebalance forever (see :func:`consumers.clickhouse.sinking.run_sink`); processes
 are therefore assigned their partitions. Shard ``I/N`` owns partition ``p`` of every topic
 where ``p % N == I``: the shards of a group own every partition exactly once, each commits
 the offsets of its own, and a restarted shard resumes where it committed.
+
+Stream workers cannot split a cluster (its windows need every pod of it): shard ``I/N`` of
+a worker reads every partition and keeps the clusters whose name hashes (CRC-32) to ``I``,
+telling them by the record key (``cluster/entity``) before decoding anything.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 
@@ -34,6 +39,14 @@ class Shard:
     def owns(self, partition: int) -> bool:
         """Whether ``partition`` (of any topic) is this shard's."""
         return partition % self.count == self.index
+
+    def owns_cluster(self, cluster: bytes) -> bool:
+        """Whether the cluster named ``cluster`` (UTF-8) is this shard's."""
+        return zlib.crc32(cluster) % self.count == self.index
+
+    def owns_key(self, key: bytes | None) -> bool:
+        """Whether a record keyed ``key`` (``cluster/entity`` or ``cluster``) is this shard's."""
+        return self.owns_cluster((key or b"").partition(b"/")[0])
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,13 +14,17 @@ from pathlib import Path
 import pytest
 from alert_oracle import idle_alerts_from_csv
 from allocation_oracle import expected_rows
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pipeline.operators import StateOperator
+from pipeline.running import StreamWorker, WorkerOptions
 from producers.replay import genai_duty
 from producers.replay.locating import traces_dir
 from schemas.codec import AvroCodec
-from schemas.models import Alert, ClusterGpuAllocation
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION
+from schemas.examples import example_events
+from schemas.models import Alert, ClusterGpuAllocation, DeadLetter
+from schemas.sharding import Shard
+from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, PODS, entity_key
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
@@ -36,7 +41,7 @@ def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> s
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
 
 
-def start_worker(config: Path, group: str) -> subprocess.Popen[bytes]:
+def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[bytes]:
     command = gpulens(
         config,
         "worker",
@@ -49,8 +54,9 @@ def start_worker(config: Path, group: str) -> subprocess.Popen[bytes]:
         group,
         "--idle-ms",
         "3000",
+        *extra,
     )
-    return spawn(command, config.parent / f"worker-{group}.log")
+    return spawn(command, config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log")
 
 
 def replay(config: Path, cluster: str) -> subprocess.Popen[bytes]:
@@ -148,6 +154,66 @@ def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     finally:
         reader.close()
     assert_rows_equal_the_csv(rows)
+
+
+def test_two_worker_shards_split_the_clusters_and_each_gets_its_rows_once(
+    platform, codec, config_file, unique, processes
+) -> None:
+    names = (f"shard{n}-{unique}" for n in range(100))
+    by_shard = {Shard(0, 2): "", Shard(1, 2): ""}
+    for name in names:
+        for shard in by_shard:
+            if shard.owns_cluster(name.encode()) and not by_shard[shard]:
+                by_shard[shard] = name
+    readers = {cluster: RowReader(platform, codec, cluster) for cluster in by_shard.values()}
+    for shard in by_shard:
+        processes.append(start_worker(config_file, f"g-{unique}", "--shard", str(shard)))
+    for cluster in by_shard.values():
+        processes.append(replay(config_file, cluster))
+    try:
+        for reader in readers.values():
+            rows = reader.read_until(len(expected_rows(PODS_CSV, 3600)), 240)
+            rows = reader.read_until(len(rows) + 1, 2)  # a row of the other shard would be a duplicate
+            assert_rows_equal_the_csv(rows)
+    finally:
+        for reader in readers.values():
+            reader.close()
+
+
+def test_a_sharded_worker_dead_letters_a_record_whose_key_names_another_cluster(
+    platform, codec, unique
+) -> None:
+    honest = f"honest-{unique}"
+    shard = Shard(next(i for i in range(1000) if Shard(i, 1000).owns_cluster(honest.encode())), 1000)
+    pod = example_events(f"liar-{unique}")[PODS]
+    producer = Producer(platform.kafka.librdkafka())
+    producer.produce(PODS.name, key=entity_key(honest, pod.uid), value=codec.encode(PODS, pod))
+    assert producer.flush(30) == 0
+    worker = StreamWorker(
+        platform.kafka, codec, [StateOperator()], WorkerOptions(group_id=f"liar-{unique}", shard=shard)
+    )
+    stop = threading.Event()
+    running = threading.Thread(target=worker.run, args=(stop,))
+    running.start()
+    dlq = Consumer(
+        platform.kafka.librdkafka(**{"group.id": f"dlq-{unique}", "auto.offset.reset": "earliest"})
+    )
+    dlq.subscribe([DLQ.name])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + 120
+    try:
+        while not letters and time.monotonic() < deadline:
+            for message in dlq.consume(100, 0.5):
+                if message.error() is None:
+                    letter = codec.decode(DLQ, message.value())
+                    if letter.consumer == f"liar-{unique}":
+                        letters.append(letter)
+    finally:
+        dlq.close()
+        stop.set()
+        running.join(60)
+    assert [(letter.reason, letter.source_topic) for letter in letters] == [("key-mismatch", PODS.name)]
+    assert f"liar-{unique}" in letters[0].detail
 
 
 def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
