@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -177,3 +181,41 @@ def committed_lag(platform, group: str, topic: str, shard: Shard = EVERY_PARTITI
         return sum(consumer.get_watermark_offsets(tp, timeout=10)[1] - max(tp.offset, 0) for tp in committed)
     finally:
         consumer.close()
+
+
+class SinkProcesses:
+    """``gpulens sink`` processes of one group, writing GPU samples into one private database."""
+
+    def __init__(self, platform, config_file: Path, spawned: list, *, group: str, database: str) -> None:
+        self._config_file, self._spawned = config_file, spawned
+        self.group, self.database = group, database
+        self._platform, self._client = platform, get_client(platform.clickhouse)
+        self._env = {**os.environ, "GPULENS_CLICKHOUSE__DATABASE": database}
+        commit_at_end(platform, group)  # the group sees only what the test loads next
+
+    def load(self, codec: AvroCodec, cluster: str, batches: int) -> int:
+        """Publish ``batches`` GPU sample batches of ``cluster``; the sample rows they make."""
+        produce_batches(self._platform, codec, GPU_SAMPLES, sample_batches(cluster, batches))
+        return batches * GPUS
+
+    def start(self, *options: str) -> subprocess.Popen[bytes]:
+        """One more sink process with these command-line ``options``; stderr in a log of its own."""
+        command = [sys.executable, "-m", "gpulens", "--config", str(self._config_file), "sink"]
+        command += ["--group", self.group, *options]
+        log = self._config_file.parent / f"sink-{self.group}-{len(self._spawned)}.log"
+        with log.open("ab") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=self._env)
+        self._spawned.append(process)
+        return process
+
+    def stored(self, final: str = "") -> int:
+        """Rows in ``gpu_samples`` (0 while the sinks are still migrating)."""
+        try:
+            return int(self._client.command(f"SELECT count() FROM {self.database}.gpu_samples {final}"))
+        except DatabaseError:
+            return 0
+
+    def distinct(self) -> list[tuple[int, int]]:
+        """(rows, distinct (event_id, device_id)) after deduplication."""
+        query = f"SELECT count(), uniqExact(event_id, device_id) FROM {self.database}.gpu_samples FINAL"
+        return [tuple(row) for row in self._client.query(query).result_rows]  # type: ignore[misc]

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
-from clickhouse_connect.driver.exceptions import DatabaseError
-from sink_support import GPUS, commit_at_end, committed_lag, produce_batches, sample_batches, wait_for
+from sink_support import (
+    SinkProcesses,
+    committed_lag,
+    wait_for,
+)
 
-from consumers.clickhouse.client import get_client
 from schemas.sharding import Shard
 from schemas.topics import GPU_SAMPLES
 
@@ -29,46 +30,29 @@ def test_two_sink_shards_split_the_partitions_and_store_every_sample_once(
     platform, codec, config_file, unique, spawned
 ) -> None:
     cluster, group, database = f"shards-{unique}", f"sink-{unique}", f"shards_{unique}"
-    expected = LOAD * GPUS
-    commit_at_end(platform, group)
-    produce_batches(platform, codec, GPU_SAMPLES, sample_batches(cluster, LOAD))
-    env = {**os.environ, "GPULENS_CLICKHOUSE__DATABASE": database}
-    client = get_client(platform.clickhouse)
+    sinks = SinkProcesses(platform, config_file, spawned, group=group, database=database)
+    expected = sinks.load(codec, cluster, LOAD)
 
     def start(shard: Shard) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "sink", "--group", group]
-        command += ["--shard", str(shard), "--batch-rows", "20000", "--batch-seconds", "0.5"]
-        with (config_file.parent / f"sink-{unique}-{shard.index}.log").open("ab") as stderr:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-        spawned.append(process)
-        return process
-
-    def stored(final: str = "") -> int:
-        try:
-            return int(client.command(f"SELECT count() FROM {database}.gpu_samples {final}"))
-        except DatabaseError:  # no table yet: the sinks are still migrating
-            return 0
+        return sinks.start("--shard", str(shard), "--batch-rows", "20000", "--batch-seconds", "0.5")
 
     first, second = Shard(0, 2), Shard(1, 2)
     assert committed_lag(platform, group, GPU_SAMPLES.name, first) > 0
     assert committed_lag(platform, group, GPU_SAMPLES.name, second) > 0, "the load must reach both shards"
     start(first)
     killed = start(second)
-    wait_for(lambda: stored() >= expected // 8, 180, "both shards storing")
+    wait_for(lambda: sinks.stored() >= expected // 8, 180, "both shards storing")
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
 
     wait_for(lambda: committed_lag(platform, group, GPU_SAMPLES.name, first) == 0, 300, "shard 0/2 done")
-    alone = stored("FINAL")
+    alone = sinks.stored("FINAL")
     assert alone < expected, "the killed shard's partitions are nobody else's"
     assert committed_lag(platform, group, GPU_SAMPLES.name, second) > 0
 
     start(second)
     wait_for(lambda: committed_lag(platform, group, GPU_SAMPLES.name, second) == 0, 300, "shard 1/2 done")
-    counts = client.query(
-        f"SELECT count(), uniqExact(event_id, device_id) FROM {database}.gpu_samples FINAL"
-    ).result_rows
-    assert counts == [(expected, expected)], f"{alone:,} rows stored by shard 0/2 alone"
+    assert sinks.distinct() == [(expected, expected)], f"{alone:,} rows stored by shard 0/2 alone"
 
 
 def test_the_shards_of_a_group_own_every_partition_exactly_once() -> None:

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
-from clickhouse_connect.driver.exceptions import DatabaseError
 from prometheus_client import REGISTRY
 from sink_support import (
     GPUS,
+    SinkProcesses,
     SinkThread,
-    commit_at_end,
     committed_lag,
     produce_batches,
     sample_batches,
     wait_for,
 )
 
-from consumers.clickhouse.client import get_client
 from gpulens.platform import service_specs
 from schemas.topics import GPU_SAMPLES
 
@@ -36,43 +32,20 @@ def test_a_sink_killed_mid_load_and_restarted_stores_every_sample_exactly_once(
     platform, codec, config_file, unique, spawned
 ) -> None:
     cluster, group, database = f"kill-{unique}", f"sink-{unique}", f"kill_{unique}"
-    expected = LOAD * GPUS
-    commit_at_end(platform, group)
-    produce_batches(platform, codec, GPU_SAMPLES, sample_batches(cluster, LOAD))
-    env = {**os.environ, "GPULENS_CLICKHOUSE__DATABASE": database}
-    command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "sink", "--group", group]
-    command += ["--batch-rows", "40000", "--batch-seconds", "1"]
-    log = config_file.parent / f"sink-{unique}.log"
-
-    def start() -> subprocess.Popen[bytes]:
-        with log.open("ab") as stderr:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-        spawned.append(process)
-        return process
-
-    client = get_client(platform.clickhouse)
-
-    def stored(final: str = "") -> int:
-        try:
-            return int(client.command(f"SELECT count() FROM {database}.gpu_samples {final}"))
-        except DatabaseError:  # no table yet: the sink is still migrating
-            return 0
-
-    first = start()
-    wait_for(lambda: stored() >= expected // 4, 180, "a quarter of the load in ClickHouse")
+    sinks = SinkProcesses(platform, config_file, spawned, group=group, database=database)
+    expected = sinks.load(codec, cluster, LOAD)
+    first = sinks.start("--batch-rows", "40000", "--batch-seconds", "1")
+    wait_for(lambda: sinks.stored() >= expected // 4, 180, "a quarter of the load in ClickHouse")
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    at_kill = stored()
+    at_kill = sinks.stored()
     assert at_kill < expected, "the kill should land in the middle of the load"
 
-    start()
+    sinks.start("--batch-rows", "40000", "--batch-seconds", "1")
     wait_for(
         lambda: committed_lag(platform, group, GPU_SAMPLES.name) == 0, 300, "the restarted sink to catch up"
     )
-    counts = client.query(
-        f"SELECT count(), uniqExact(event_id, device_id) FROM {database}.gpu_samples FINAL"
-    ).result_rows
-    assert counts == [(expected, expected)], f"{at_kill:,} rows stored at the kill"
+    assert sinks.distinct() == [(expected, expected)], f"{at_kill:,} rows stored at the kill"
 
 
 def test_the_sink_waits_for_clickhouse_and_catches_up_with_nothing_lost(
