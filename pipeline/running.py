@@ -34,7 +34,7 @@ from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, DecodeFailure
 from schemas.models import Event, Watermark
 from schemas.settings import KafkaSettings
-from schemas.sharding import EVERY_PARTITION, Shard
+from schemas.sharding import UNSHARDED, Shard
 from schemas.topics import TopicSpec, record_key
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class WorkerOptions:
     cycle_records: int = 20_000
     report_s: float = 10.0
     """How often progress is logged."""
-    shard: Shard = EVERY_PARTITION
+    shard: Shard = UNSHARDED
     """Which clusters this worker keeps (by record key); every one by default."""
 
 

@@ -1,17 +1,17 @@
 """Avro bodies straight to models: one generated reader per model, for the hot consumers.
 
-``fastavro.schemaless_reader`` + ``model_validate`` cost ~185 µs for a GpuSampleBatch of 8
-GPUs (measured: half reading a file object field by field, half pydantic re-checking types
-Avro already guarantees). For a body written with the model's own committed schema, the
-reader generated here reads the bytes with slices and ``struct`` and builds the model
-instances directly, checking only what Avro cannot guarantee: the models' constraints
-(``min_length``, ``ge``, ...), Python-side, the way pydantic would.
+``fastavro.schemaless_reader`` + ``model_validate`` cost 49 + 24 µs for a GpuSampleBatch of 8
+GPUs (measured with garbage collection off: fastavro reads a file object field by field, then
+pydantic re-checks types Avro already guarantees). For a body written with the model's own
+committed schema, the reader generated here (38 µs for that batch) reads the bytes with
+slices and ``struct`` and builds the model instances directly, checking only what Avro cannot
+guarantee: the models' constraints (``min_length``, ``ge``, ...), the way pydantic would.
 
 It is sound, not complete: it either returns what the exact path (fastavro, then
 ``model_validate``) would return, or gives up (:class:`NotCompiled`, or any exception while
 reading), and then the exact path decides, error message included. Models with a type or
-constraint it does not know get no reader at all. A test compares both paths on every topic's
-records and on damaged bodies.
+constraint it does not know get no reader at all. A test compares both paths on random
+records of every catalog model and on damaged bodies.
 """
 
 from __future__ import annotations

@@ -52,5 +52,5 @@ class Shard:
         return f"{self.index}/{self.count}"
 
 
-EVERY_PARTITION = Shard()
-"""The only shard of a group of one: every partition."""
+UNSHARDED = Shard()
+"""The only shard of one process: every partition (a sink), every cluster (a worker)."""

@@ -23,7 +23,7 @@ from consumers.clickhouse.sinking import run_sink
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.models import GpuSampleBatch, Record
-from schemas.sharding import EVERY_PARTITION, Shard
+from schemas.sharding import UNSHARDED, Shard
 from schemas.topic_admin import create_topics
 from schemas.topics import GPU_SAMPLES, TopicSpec, record_key
 
@@ -172,7 +172,7 @@ def commit_at_end(platform, group: str) -> None:
         consumer.close()
 
 
-def committed_lag(platform, group: str, topic: str, shard: Shard = EVERY_PARTITION) -> int:
+def committed_lag(platform, group: str, topic: str, shard: Shard = UNSHARDED) -> int:
     """Records of ``topic`` (the shard's partitions) not yet committed by ``group``."""
     consumer = Consumer(platform.kafka.librdkafka(**{"group.id": group}))
     try:

@@ -21,11 +21,10 @@ from typing import Any
 import fastavro
 import pytest
 from avro_damage import damaged
-from pydantic import ValidationError
 
 from schemas.avro_schema import committed
 from schemas.codec import AvroCodec
-from schemas.compiled_reader import compile_reader
+from schemas.compiled_reader import NotCompiled, compile_reader
 from schemas.examples import example_events
 from schemas.exceptions import DecodeError, DecodeFailure
 from schemas.models import GpuSampleBatch, PodEvent, Record
@@ -54,7 +53,7 @@ def exact(model: type[Record], body: bytes) -> Record | None:
         if buf.tell() != len(body):
             return None
         return model.model_validate(values)
-    except (ValidationError, Exception):
+    except Exception:  # whatever fastavro or pydantic refuse
         return None
 
 
@@ -124,7 +123,10 @@ class RandomRecords:
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_every_catalog_record_has_a_generated_reader(model: type[Record]) -> None:
-    assert compile_reader(model) is not None
+    try:
+        compile_reader(model)
+    except NotCompiled as err:
+        pytest.fail(f"every {model.__name__} would take the exact path: {err}")
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

@@ -30,7 +30,7 @@ from schemas.codec import AvroCodec
 from schemas.consuming import ConsumeError, Decoded, DecodingConsumer, LagMonitor
 from schemas.ids import event_id
 from schemas.settings import KafkaSettings
-from schemas.sharding import EVERY_PARTITION, Shard
+from schemas.sharding import UNSHARDED, Shard
 from schemas.topics import TopicSpec
 
 __all__ = ["Batch", "ClickHouseSink", "run_sink"]
@@ -134,7 +134,7 @@ def run_sink(
     *,
     topics: Sequence[TopicSpec] = SINK_TOPICS,
     group_id: str | None = None,
-    shard: Shard = EVERY_PARTITION,
+    shard: Shard = UNSHARDED,
 ) -> None:
     """Migrate, then sink ``topics`` into ``clickhouse.database`` until ``stop`` is set.
 
