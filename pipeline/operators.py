@@ -44,11 +44,13 @@ from schemas.topics import (
     STATE_INVENTORY,
     STATE_NODES,
     STATE_PODS,
+    STATE_TOPICS,
     STATE_WORKLOADS,
     WATERMARKS,
     WORKLOAD_USAGE,
     WORKLOADS,
     TopicSpec,
+    record_key,
 )
 
 INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_SAMPLES, WATERMARKS)
@@ -77,8 +79,8 @@ class Operator(Protocol):
         """The topic a row goes to."""
         ...
 
-    def remember(self, row: Record) -> None:
-        """A row read back from ``restore_from`` at start."""
+    def remember(self, row: Row) -> None:
+        """A row read back from ``restore_from`` at start (a Tombstone from a compacted topic)."""
         ...
 
     def published(self, row: Row) -> bool:
@@ -192,15 +194,26 @@ class DeviceChangelogOperator(EventIdLedger):
 
 
 class StateOperator:
-    """Compacted state topics: pods, nodes, device inventories, containers, workloads."""
+    """Compacted state topics: pods, nodes, device inventories, containers, workloads.
+
+    Rows of records processed before a restart are dropped while replaying (compaction may
+    have removed them from the topics, so reading back cannot tell). Rows read back at start
+    also count as published, by event id, and a key whose newest value is a tombstone as
+    deleted: a record processed again because its offset commit was not visible yet when
+    the worker restarted publishes nothing twice.
+    """
 
     name = "state"
     inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS)
-    restore_from = ()
+    restore_from = STATE_TOPICS
     skip_replayed = True
 
     def __init__(self) -> None:
         self._tables = StateTables()
+        self._published: set[tuple[str, bytes, str]] = set()
+        """(topic, key, event id) of the rows read back."""
+        self._gone: set[tuple[str, bytes]] = set()
+        """(topic, key) whose newest published value is a tombstone."""
 
     def process(self, event: Event) -> Sequence[Row]:
         return self._tables.process(event)
@@ -210,11 +223,30 @@ class StateOperator:
             return row.topic
         return STATE_OUTPUTS[type(row)]
 
-    def remember(self, row: Record) -> None:
-        """Nothing to read back: replayed records' rows are skipped instead."""
+    def remember(self, row: Row) -> None:
+        if isinstance(row, Tombstone):
+            self._gone.add((row.topic.name, row.key))
+            return
+        where = self._where(row)
+        self._published.add((*where, getattr(row, "event_id", "")))
+        self._gone.discard(where)
 
     def published(self, row: Row) -> bool:
+        if isinstance(row, Tombstone):
+            where = (row.topic.name, row.key)
+            if where in self._gone:
+                return True
+            self._gone.add(where)
+            return False
+        where = self._where(row)
+        if (*where, getattr(row, "event_id", "")) in self._published:
+            return True
+        self._gone.discard(where)
         return False
+
+    def _where(self, row: Record) -> tuple[str, bytes]:
+        spec = STATE_OUTPUTS[type(row)]
+        return spec.name, record_key(spec, row)
 
 
 STATE_OUTPUTS: dict[type[Record], TopicSpec] = {

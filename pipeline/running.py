@@ -148,7 +148,7 @@ class StreamWorker:
                 for row in self._read_all(kafka, spec):
                     operator.remember(row)
 
-    def _read_all(self, kafka: KafkaSettings, spec: TopicSpec) -> list[Event]:
+    def _read_all(self, kafka: KafkaSettings, spec: TopicSpec) -> list[Row]:
         reader = Consumer(
             kafka.librdkafka(
                 **{
@@ -162,18 +162,20 @@ class StreamWorker:
         metadata = reader.list_topics(spec.name, timeout=30).topics[spec.name]
         done = dict.fromkeys(metadata.partitions, False)
         reader.assign([TopicPartition(spec.name, p, OFFSET_BEGINNING) for p in done])
-        rows = []
+        rows: list[Row] = []
         try:
             while not all(done.values()):
                 for message in reader.consume(10_000, 1.0):
                     error = message.error()
-                    if error is None:
+                    if error is None and message.value() is None and spec.cleanup_policy == "compact":
+                        rows.append(Tombstone(spec, message.key() or b""))
+                    elif error is None:
                         rows.append(self._codec.decode(spec, message.value() or b""))
                     elif error.code() == KafkaError._PARTITION_EOF:
                         done[message.partition() or 0] = True
         finally:
             reader.close()
-        return rows  # type: ignore[return-value]
+        return rows
 
     def _drained(self, partition: tuple[str, int]) -> bool:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=5, cached=False)

@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.state_tables import StateTables, Tombstone
@@ -158,9 +159,27 @@ def wait_for_count(platform, topic: TopicSpec, cluster: str, count: int, timeout
         time.sleep(0.5)
 
 
+def pod_ends(platform) -> list[TopicPartition]:
+    """The end offset of every partition of the pods topic now."""
+    probe = Consumer(platform.kafka.librdkafka(**{"group.id": "probe"}))
+    try:
+        return [
+            TopicPartition(PODS.name, p, probe.get_watermark_offsets(TopicPartition(PODS.name, p), 10)[1])
+            for p in range(PODS.partitions)
+        ]
+    finally:
+        probe.close()
+
+
+@pytest.mark.parametrize(
+    "offsets_lost", [False, True], ids=["offsets-committed", "offset-commit-not-visible-at-restart"]
+)
 def test_state_topics_hold_every_change_once_across_a_kill_and_restart(
-    platform, codec: AvroCodec, config_file: Path, unique: str, spawned
+    platform, codec: AvroCodec, config_file: Path, unique: str, spawned, offsets_lost: bool
 ) -> None:
+    """With ``offsets_lost`` the group's pod offsets are put back to before the test's records,
+    as if the killed worker's last offset commit were not visible yet when it restarted: the
+    restarted worker processes them again and must recognise their rows as published."""
     cluster = f"state-{unique}"
     command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "worker"]
     command += ["--processors", "state", "--group", f"s-{unique}", "--idle-ms", "300"]
@@ -172,6 +191,7 @@ def test_state_topics_hold_every_change_once_across_a_kill_and_restart(
         return process
 
     publisher = EventPublisher(platform.kafka, codec)
+    before = pod_ends(platform)
     first = [
         pod(cluster, "p1", "Pending", 1),
         pod(cluster, "p1", "Running", 2),
@@ -184,6 +204,10 @@ def test_state_topics_hold_every_change_once_across_a_kill_and_restart(
     assert len(wait_for_count(platform, STATE_PODS, cluster, 3)) == 3, "the worker published the pods"
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
+    if offsets_lost:
+        rewind = Consumer(platform.kafka.librdkafka(**{"group.id": f"s-{unique}"}))
+        rewind.commit(offsets=before, asynchronous=False)
+        rewind.close()
 
     start()
     publisher.publish(PODS, pod(cluster, "p2", "Running", 4, ChangeType.DELETED))
