@@ -14,14 +14,21 @@ Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about
 - **NodeNotReady**: opens when a node's Ready condition goes false, resolves when it is back
   or the node is deleted.
 - **GpuLost**: a GPU vanished from its node's inventory; resolves if it comes back.
+
+State is checkpointed key by key under ``[kind, cluster, ...]``: ``cluster`` (instant), ``run``
+(idle runs per GPU), ``pending`` (unbound GPU pods), ``holding`` (pods holding GPUs), ``node``,
+``gpus`` (each node's last inventory) and ``holders`` (see :mod:`pipeline.holders`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
+from pipeline.checkpointing import StateKey
 from pipeline.exceptions import LateEvent
 from pipeline.holders import GpuHolders, PodRef
 from pipeline.windows import from_ms, to_ms
@@ -91,17 +98,23 @@ class AlertDetector:
     def __init__(self, rules: AlertRules) -> None:
         self.rules = rules
         self._clusters: dict[str, _Cluster] = {}
+        self._changed: set[StateKey] = set()
 
     def process(self, event: Event) -> list[Alert]:
         """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
         at = to_ms(event.event_time)
-        cluster = self._clusters.setdefault(event.cluster, _Cluster(instant=at))
+        cluster = self._clusters.get(event.cluster)
+        if cluster is None:
+            cluster = self._clusters[event.cluster] = _Cluster(instant=at)
+            self._changed.add(("cluster", event.cluster))
         if at < cluster.instant:
             raise LateEvent(
                 f"{type(event).__name__} at {event.event_time.isoformat()} arrived after "
                 f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
             )
-        cluster.instant = at
+        if at != cluster.instant:
+            cluster.instant = at
+            self._changed.add(("cluster", event.cluster))
         alerts = self._expire_pending(cluster, at)
         if isinstance(event, GpuSampleBatch):
             alerts += self._samples(cluster, event)
@@ -131,14 +144,18 @@ class AlertDetector:
             )
             run = cluster.runs.get(gpu)
             if not idle:
-                if run is not None and run.opened:
-                    alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.RESOLVED, at))
-                cluster.runs.pop(gpu, None)
+                if run is not None:
+                    if run.opened:
+                        alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.RESOLVED, at))
+                    del cluster.runs[gpu]
+                    self._changed.add(("run", batch.cluster, gpu))
                 continue
             if run is None:
                 run = cluster.runs[gpu] = _Run(start=at)
+                self._changed.add(("run", batch.cluster, gpu))
             if not run.opened and at - run.start >= threshold_ms:
                 run.opened = True
+                self._changed.add(("run", batch.cluster, gpu))
                 alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.OPENED, at))
         return alerts
 
@@ -178,6 +195,8 @@ class AlertDetector:
         now = {gpu.device_id for gpu in inventory.gpus}
         before = cluster.gpus.get(inventory.node)
         cluster.gpus[inventory.node] = now
+        if before != now:
+            self._changed.add(("gpus", inventory.cluster, inventory.node))
         if before is None:
             return []
         return [
@@ -208,6 +227,7 @@ class AlertDetector:
 
     def _node(self, cluster: _Cluster, event: NodeEvent) -> list[Alert]:
         node = cluster.nodes[event.node]
+        self._changed.add(("node", event.cluster, event.node))
         deleted = event.type == ChangeType.DELETED
         node.allocatable = 0.0 if deleted else event.gpus_allocatable
         node.available = not deleted and event.ready and event.schedulable
@@ -239,13 +259,18 @@ class AlertDetector:
 
     def _pod(self, cluster: _Cluster, event: PodEvent) -> list[Alert]:
         previous = cluster.holding.pop(event.uid, None)
+        changed = self._changed
         if previous is not None:
             cluster.nodes[previous[0]].held -= previous[1]
+            changed.update((("holding", event.cluster, event.uid), ("node", event.cluster, previous[0])))
         if event.holds_gpus and event.node is not None:
             cluster.holding[event.uid] = (event.node, event.gpu_amount)
             cluster.nodes[event.node].held += event.gpu_amount
+            changed.update((("holding", event.cluster, event.uid), ("node", event.cluster, event.node)))
         waiting = event.type != ChangeType.DELETED and event.node is None and event.gpu_amount > 0
         pending = cluster.pending.get(event.uid)
+        if waiting or pending is not None:
+            changed.add(("pending", event.cluster, event.uid))
         if waiting:
             if pending is None:
                 cluster.pending[event.uid] = _Pending(to_ms(event.creation_time), event)
@@ -266,6 +291,7 @@ class AlertDetector:
         for pending in sorted(cluster.pending.values(), key=lambda p: (p.created, p.event.uid)):
             if not pending.alerted and at - pending.created >= due_ms:
                 pending.alerted = True
+                self._changed.add(("pending", pending.event.cluster, pending.event.uid))
                 alerts.append(
                     self._pending_alert(
                         cluster, pending, pending.created + round(due_ms), AlertState.OPENED, ""
@@ -312,3 +338,71 @@ class AlertDetector:
             message=message,
             labels=labels,
         )
+
+    # --- checkpoint (pipeline.checkpointing.Stateful) -------------------------------------------
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        for name, cluster in self._clusters.items():
+            changed.update(("holders", name, *key) for key in cluster.holders.changed)
+            cluster.holders.changed = set()
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        for name, cluster in self._clusters.items():
+            yield ("cluster", name)
+            yield from (("holders", name, *key) for key in cluster.holders.live())
+            for kind, entries in (
+                ("gpus", cluster.gpus), ("run", cluster.runs), ("pending", cluster.pending),
+                ("holding", cluster.holding), ("node", cluster.nodes),
+            ):  # fmt: skip
+                yield from ((kind, name, entity) for entity in entries)
+
+    def dump(self, key: StateKey) -> Any:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            return None
+        kind, entity = key[0], key[-1]
+        if kind == "cluster":
+            return cluster.instant
+        if kind == "holders":
+            return cluster.holders.dump(key[2:])
+        if kind == "gpus":
+            gpus = cluster.gpus.get(entity)
+            return None if gpus is None else sorted(gpus)
+        if kind == "run":
+            run = cluster.runs.get(entity)
+            return None if run is None else [run.start, run.opened]
+        if kind == "pending":
+            pending = cluster.pending.get(entity)
+            if pending is None:
+                return None
+            return [pending.created, pending.alerted, pending.event.model_dump(mode="json")]
+        if kind == "holding":
+            holding = cluster.holding.get(entity)
+            return None if holding is None else list(holding)
+        node = cluster.nodes.get(entity)
+        if node is None:
+            return None
+        return [node.allocatable, node.available, node.model, node.held, node.not_ready_since]
+
+    def load(self, key: StateKey, value: Any) -> None:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            cluster = self._clusters[key[1]] = _Cluster(instant=0)
+        kind, entity = key[0], key[-1]
+        if kind == "cluster":
+            cluster.instant = value
+        elif kind == "holders":
+            cluster.holders.load(key[2:], value)
+        elif kind == "gpus":
+            cluster.gpus[entity] = set(value)
+        elif kind == "run":
+            cluster.runs[entity] = _Run(*value)
+        elif kind == "pending":
+            created, alerted, event = value
+            cluster.pending[entity] = _Pending(created, PodEvent.model_validate(event), alerted)
+        elif kind == "holding":
+            cluster.holding[entity] = (value[0], value[1])
+        else:
+            cluster.nodes[entity] = _NodeState(*value)

@@ -9,12 +9,19 @@ window; a node missing from a window held nothing and did not change.
 
 Records must arrive in non-decreasing event time per cluster (the runner merges partitions
 by event time); an earlier one raises :class:`LateEvent`, and the caller dead-letters it.
+
+State is checkpointed key by key (:class:`~pipeline.checkpointing.Stateful`): ``["cluster", c]``
+(window, instant, cluster series and counts), ``["pod", c, uid]`` and ``["node", c, name]``
+(the node's state, its window series and whether it changed in the window).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from pipeline.checkpointing import StateKey
 from pipeline.exceptions import LateEvent
 from pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
 from schemas.ids import event_id
@@ -87,6 +94,7 @@ class AllocationAggregator:
         self.overview = overview
         """Also write cluster_overview rows (then GPU samples count toward utilization)."""
         self._clusters: dict[str, _Cluster] = {}
+        self._changed: set[StateKey] = set()
 
     def process(self, event: Event) -> list[AllocationRow]:
         """Apply a pod, node or sample event, or close windows on a final watermark."""
@@ -101,6 +109,7 @@ class AllocationAggregator:
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
         rows: list[AllocationRow] = []
+        self._changed.add(("cluster", event.cluster))
         if cluster is None:
             start = self.windows.start_of(at)
             cluster = self._clusters[event.cluster] = _Cluster(
@@ -130,6 +139,7 @@ class AllocationAggregator:
         cluster = self._clusters.get(cluster_name)
         if cluster is None:
             return []
+        self._changed.add(("cluster", cluster_name))
         self._settle(cluster)
         until = max(cluster.instant, at or cluster.instant)
         return self._close_before(cluster, self.windows.start_of(until) + self.windows.size_ms)
@@ -137,6 +147,7 @@ class AllocationAggregator:
     # --- state changes ----------------------------------------------------------------------
 
     def _apply_pod(self, cluster: _Cluster, event: PodEvent) -> None:
+        self._changed.add(("pod", cluster.name, event.uid))
         old = cluster.pods.pop(event.uid, None)
         if old is not None:
             self._count(cluster, old, -1)
@@ -162,6 +173,7 @@ class AllocationAggregator:
             node.held += sign * pod.amount
             node.running += sign
             cluster.touched.add(pod.node)
+            self._changed.add(("node", cluster.name, pod.node))
 
     def _apply_node(self, cluster: _Cluster, event: NodeEvent) -> None:
         node = cluster.nodes.setdefault(event.node, _Node())
@@ -171,6 +183,7 @@ class AllocationAggregator:
         node.exists, node.ready = not deleted, event.ready
         node.model = event.gpu_model or node.model
         cluster.touched.add(event.node)
+        self._changed.add(("node", cluster.name, event.node))
 
     # --- windows ----------------------------------------------------------------------------
 
@@ -180,6 +193,7 @@ class AllocationAggregator:
             cluster.touched.clear()
             return
         for name in cluster.touched:
+            self._changed.add(("node", cluster.name, name))
             series = cluster.node_series.get(name)
             if series is None:
                 series = cluster.node_series[name] = HeldAmount(since=cluster.window_start)
@@ -190,6 +204,8 @@ class AllocationAggregator:
     def _close_before(self, cluster: _Cluster, at: int) -> list[AllocationRow]:
         rows: list[AllocationRow] = []
         size = self.windows.size_ms
+        if self.per_node and cluster.window_start + size <= at:  # closing changes every node series
+            self._changed.update(("node", cluster.name, name) for name in cluster.node_series)
         while cluster.window_start + size <= at:
             start, end = cluster.window_start, cluster.window_start + size
             row = self._cluster_row(cluster, start, end, *cluster.series.close(end, size))
@@ -273,3 +289,62 @@ class AllocationAggregator:
             )
         cluster.changed_in_window.clear()
         return rows
+
+    # --- checkpoint (pipeline.checkpointing.Stateful) -------------------------------------------
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        for name, cluster in self._clusters.items():
+            yield ("cluster", name)
+            yield from (("pod", name, uid) for uid in cluster.pods)
+            yield from (("node", name, node) for node in cluster.nodes)
+
+    def dump(self, key: StateKey) -> Any:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            return None
+        if key[0] == "cluster":
+            return [
+                cluster.window_start, cluster.instant, _series(cluster.series), cluster.held,
+                cluster.running, cluster.pending, cluster.util_sum, cluster.util_count,
+            ]  # fmt: skip
+        if key[0] == "pod":
+            pod = cluster.pods.get(key[2])
+            return None if pod is None else [pod.amount, pod.node, pod.holding, pod.pending]
+        node = cluster.nodes.get(key[2])
+        if node is None:
+            return None
+        series = cluster.node_series.get(key[2])
+        return [
+            node.allocatable, node.available, node.model, node.held, node.running, node.exists,
+            node.ready, None if series is None else _series(series), key[2] in cluster.changed_in_window,
+            key[2] in cluster.touched,
+        ]  # fmt: skip
+
+    def load(self, key: StateKey, value: Any) -> None:
+        name = key[0]
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            cluster = self._clusters[key[1]] = _Cluster(key[1], 0, 0, HeldAmount(since=0))
+        if name == "cluster":
+            cluster.window_start, cluster.instant, series, *rest = value
+            cluster.series = HeldAmount(*series)
+            cluster.held, cluster.running, cluster.pending, cluster.util_sum, cluster.util_count = rest
+        elif name == "pod":
+            cluster.pods[key[2]] = _Pod(*value)
+        else:
+            *fields, series, changed, touched = value
+            cluster.nodes[key[2]] = _Node(*fields)
+            if series is not None:
+                cluster.node_series[key[2]] = HeldAmount(*series)
+            if changed:
+                cluster.changed_in_window.add(key[2])
+            if touched:
+                cluster.touched.add(key[2])
+
+
+def _series(series: HeldAmount) -> list[int]:
+    return [series.since, series.value, series.integral, series.maximum]

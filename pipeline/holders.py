@@ -2,11 +2,16 @@
 
 Device plugins name GPUs by UUID, BDF or serial; samples carry the inventory's device_id.
 The inventory's aliases map every name to the device_id, so both sides meet.
+
+Checkpointed by its owner under keys ``(kind, *name)``: ``("alias", name)`` -> device_id,
+``("container", node, namespace, pod, container)`` -> its GPUs, ``("gpu", id)`` -> holding pod.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas.models import ChangeType, ContainerEvent, DeviceInventory, DeviceKind
 
@@ -27,6 +32,8 @@ class GpuHolders:
     _holders: dict[str, PodRef] = field(default_factory=dict)
     _containers: dict[tuple[str, str, str, str], set[str]] = field(default_factory=dict)
     _aliases: dict[str, str] = field(default_factory=dict)
+    changed: set[tuple[str, ...]] = field(default_factory=set)
+    """Keys changed since the owner last took them."""
 
     def gpu(self, name: str) -> str:
         """The device_id of a GPU known by ``name`` (UUID, BDF, serial or device_id)."""
@@ -40,14 +47,17 @@ class GpuHolders:
         """Learn the names of a node's GPUs."""
         for device in inventory.gpus:
             for alias in (device.uuid, device.bdf, device.serial):
-                if alias:
+                if alias and self._aliases.get(alias) != device.device_id:
                     self._aliases[alias] = device.device_id
+                    self.changed.add(("alias", alias))
 
     def container(self, event: ContainerEvent) -> None:
         """A container's devices now (none once it is DELETED)."""
         key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
+        self.changed.add(("container", *key))
         for gpu in self._containers.pop(key, set()):
             self._holders.pop(gpu, None)
+            self.changed.add(("gpu", gpu))
         if event.type == ChangeType.DELETED:
             return
         gpus = {self.gpu(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU}
@@ -55,3 +65,29 @@ class GpuHolders:
         holder = PodRef(event.pod_uid, event.pod_namespace, event.pod_name)
         for gpu in gpus:
             self._holders[gpu] = holder
+            self.changed.add(("gpu", gpu))
+
+    def live(self) -> Iterator[tuple[str, ...]]:
+        """Every key with a value."""
+        yield from (("alias", alias) for alias in self._aliases)
+        yield from (("container", *key) for key in self._containers)
+        yield from (("gpu", gpu) for gpu in self._holders)
+
+    def dump(self, key: tuple[str, ...]) -> Any:
+        """The JSON-able value of ``key``, None when it has none."""
+        if key[0] == "alias":
+            return self._aliases.get(key[1])
+        if key[0] == "container":
+            gpus = self._containers.get(key[1:])  # type: ignore[arg-type]
+            return None if gpus is None else sorted(gpus)
+        holder = self._holders.get(key[1])
+        return None if holder is None else [holder.uid, holder.namespace, holder.name]
+
+    def load(self, key: tuple[str, ...], value: Any) -> None:
+        """Take a dumped value back."""
+        if key[0] == "alias":
+            self._aliases[key[1]] = value
+        elif key[0] == "container":
+            self._containers[key[1:]] = set(value)  # type: ignore[index]
+        else:
+            self._holders[key[1]] = PodRef(*value)

@@ -123,6 +123,10 @@ class EventTimeMerge(Generic[T]):
         since = self._ends.since[partition]
         return since is None or now - since < self._idle_s or not self._ends.drained(partition)
 
+    def first_offsets(self) -> dict[Partition, int]:
+        """The offset of the first record still buffered, per partition holding any."""
+        return {p: b[0].offset for p, b in self._buffers.items() if b}
+
     @property
     def buffered(self) -> int:
         """Records waiting for a slower partition."""

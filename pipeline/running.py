@@ -1,10 +1,11 @@
 """The stream worker: runs operators over the event topics in event time, exactly once.
 
-Every cycle is one Kafka transaction holding the rows produced, the dead letters and the
-input offsets, so a crash (even SIGKILL) leaves either all of a cycle or none of it.
-Operator state is rebuilt at start by re-reading the inputs from the beginning with output
-suppressed up to the committed offsets: events are the truth, state is derived. (This
-bounds history by the input topics' retention; a state changelog would lift that.)
+Every cycle is one Kafka transaction holding the rows produced, the dead letters, the state
+each operator changed and the input offsets (:mod:`pipeline.checkpointing`), so a crash (even
+SIGKILL) leaves either all of a cycle or none of it. A restart restores the operators' state
+from their state logs and reads on from the checkpointed offsets: its cost follows the live
+state, not the history, and the inputs' retention no longer bounds what state can hold. Only
+a worker with no checkpoint at all (a new group) reads its inputs from the beginning.
 
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
 cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
+from pipeline.checkpointing import Checkpoint, Stateful
 from pipeline.exceptions import LateEvent, PipelineError
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator, Row
+from pipeline.positions import InputPositions
 from pipeline.state_tables import Tombstone
 from pipeline.windows import to_ms
 from schemas.codec import AvroCodec
@@ -47,6 +50,7 @@ class _OtherShard:
 OTHER_SHARD = _OtherShard()
 Input = Event | DecodeError | _OtherShard
 
+RESTORED = Gauge("gpulens_worker_restored_state_keys", "State keys restored from the state logs at start.")
 RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
 ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
 LATE = Counter("gpulens_worker_late_events_total", "Events older than applied event time (sent to the DLQ).")
@@ -89,6 +93,8 @@ class StreamWorker:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
+                    # a checkpointed offset the inputs' retention has passed reads from the start
+                    "auto.offset.reset": "earliest",
                 }
             )
         )
@@ -100,33 +106,59 @@ class StreamWorker:
         )
         self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
         self._last_ms: dict[tuple[str, int], int] = {}
-        self._fetched: dict[tuple[str, int], int] = {}
-        """Next offset to fetch per partition."""
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
         self._merges: dict[str, EventTimeMerge[Input]] = {}
         self._shard = options.shard if options.shard.count > 1 else None
         self._rank = {spec.name: rank for rank, spec in enumerate(self._inputs)}
         self._specs = {spec.name: spec for spec in self._inputs}
         self._records_in = {spec.name: RECORDS_IN.labels(spec.name) for spec in self._inputs}
-        self._restore(kafka)
-        committed = self._consumer.committed(partitions, timeout=30)
-        self._resume = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
-        self._positions: dict[tuple[str, int], int] = dict(self._resume)
-        self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+        self._positions = InputPositions()
+        parts: dict[str, Stateful] = {op.name: op.state for op in operators}
+        self._checkpoint = Checkpoint(
+            kafka,
+            self._producer,
+            self._consumer,
+            group_id=options.group_id,
+            parts=parts | {"positions": self._positions},
+        )
+        started = time.monotonic()
+        restored = self._checkpoint.restore()
+        RESTORED.set(restored)
+        cold = not self._positions.restart
+        self._fetched: dict[tuple[str, int], int] = {
+            (tp.topic, tp.partition): self._positions.restart.get((tp.topic, tp.partition), 0)
+            for tp in partitions
+        }
+        """Next offset to fetch per partition."""
+        self._consumer.assign(
+            [
+                TopicPartition(
+                    tp.topic,
+                    tp.partition,
+                    OFFSET_BEGINNING if cold else self._fetched[(tp.topic, tp.partition)],
+                )
+                for tp in partitions
+            ]
+        )
         self._idle = IdlePartitions(self._consumer)
         self._producer.init_transactions(30)
-        self._producer.begin_transaction()
-        self._commit()  # claims every partition for this incarnation before it publishes anything
+        self._checkpoint.begin()
+        self._pending = 0
+        self._commit(claim=True)  # before this incarnation publishes anything
         self.processed = 0
-        """Records processed since start (replayed ones included)."""
+        """Records processed since start."""
         self.published = 0
         """Rows published since start."""
         self._reported = (time.monotonic(), 0)
-        log.info(
-            "worker %s: resuming after %d committed input records; rows published before are skipped",
-            options.group_id,
-            sum(self._resume.values()),
-        )
+        if cold:
+            log.info("worker %s: no checkpoint, reading the inputs from the beginning", options.group_id)
+        else:
+            log.info(
+                "worker %s: restored %d state keys in %.2f s; reading on from the checkpointed offsets",
+                options.group_id,
+                restored,
+                time.monotonic() - started,
+            )
 
     def _fence(self, kafka: KafkaSettings, committed: list[TopicPartition]) -> None:
         """Abort what the previous incarnation left open, and stop it if it still runs.
@@ -140,42 +172,6 @@ class StreamWorker:
         for previous in sorted({tp.metadata for tp in committed if tp.metadata}):
             log.info("worker %s: fencing the previous incarnation %s", self._options.group_id, previous)
             Producer(kafka.librdkafka(**{"transactional.id": previous})).init_transactions(30)
-
-    def _restore(self, kafka: KafkaSettings) -> None:
-        """Tell each operator what it already published (read back, committed only)."""
-        for operator in self._operators:
-            for spec in operator.restore_from:
-                for row in self._read_all(kafka, spec):
-                    operator.remember(row)
-
-    def _read_all(self, kafka: KafkaSettings, spec: TopicSpec) -> list[Row]:
-        reader = Consumer(
-            kafka.librdkafka(
-                **{
-                    "group.id": f"{self._options.group_id}-restore",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                }
-            )
-        )
-        metadata = reader.list_topics(spec.name, timeout=30).topics[spec.name]
-        done = dict.fromkeys(metadata.partitions, False)
-        reader.assign([TopicPartition(spec.name, p, OFFSET_BEGINNING) for p in done])
-        rows: list[Row] = []
-        try:
-            while not all(done.values()):
-                for message in reader.consume(10_000, 1.0):
-                    error = message.error()
-                    if error is None and message.value() is None and spec.cleanup_policy == "compact":
-                        rows.append(Tombstone(spec, message.key() or b""))
-                    elif error is None:
-                        rows.append(self._codec.decode(spec, message.value() or b""))
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        done[message.partition() or 0] = True
-        finally:
-            reader.close()
-        return rows
 
     def _drained(self, partition: tuple[str, int]) -> bool:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=5, cached=False)
@@ -247,7 +243,8 @@ class StreamWorker:
                 raise PipelineError(f"{topic}/{partition}: {error.str()}")
             log.warning("transient consume error: %s", error.str())
             return
-        self._fetched[(topic, partition)] = (message.offset() or 0) + 1
+        offset = message.offset() or 0
+        self._fetched[(topic, partition)] = offset + 1
         record: Input
         key = message.key()
         try:
@@ -263,6 +260,8 @@ class StreamWorker:
             # Undecodable records keep their place in the partition: the offset committed past
             # them must never skip a record still waiting in the merge.
             record, event_ms, cluster = err, self._last_ms.get((topic, partition), 0), ""
+        if self._positions.seen(cluster, topic, partition, offset):
+            return  # processed before the restart (another cluster held the restart offset back)
         merge = self._merges.get(cluster)
         if merge is None:
             merge = self._merges[cluster] = EventTimeMerge(self._ends, idle_ms=self._options.idle_ms)
@@ -271,7 +270,7 @@ class StreamWorker:
                 event_ms,
                 self._rank[topic],
                 partition,
-                message.offset() or 0,
+                offset,
                 topic,
                 record,
                 key,
@@ -281,18 +280,16 @@ class StreamWorker:
 
     def _process(self, item: Stamped[Input]) -> None:
         record = item.record
-        replaying = item.offset < self._resume.get((item.topic, item.partition), 0)
         self.processed += 1
+        self._pending += 1
         if record is OTHER_SHARD:
-            if not replaying:
-                self._advance(item.topic, item.partition, item.offset)
+            self._positions.processed("", item.topic, item.partition, item.offset)
             return
         self._records_in[item.topic].inc()
         if isinstance(record, DecodeError):
-            if not replaying:
-                self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
-                               reason=record.reason.value, detail=record.detail)  # fmt: skip
-                self._advance(item.topic, item.partition, item.offset)
+            self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
+                           reason=record.reason.value, detail=record.detail)  # fmt: skip
+            self._positions.processed("", item.topic, item.partition, item.offset)
             return
         assert isinstance(record, Event)
         if isinstance(record, Watermark) and record.final:
@@ -305,24 +302,18 @@ class StreamWorker:
                 rows = operator.process(record)
             except LateEvent as err:
                 late, rows = err, []
-            if replaying and operator.skip_replayed:
-                continue
             for row in rows:
-                if operator.published(row):
-                    continue  # published before a restart
                 spec = operator.output(row)
                 self._produce(spec, row)
                 ROWS_OUT.labels(spec.name).inc()
                 self.published += 1
         if late is not None:
             LATE.inc()
-            if not replaying:
-                self._dlq.send(
-                    item.topic, item.partition, item.offset, key=item.key, value=item.value,
-                    reason="late-event", detail=str(late),
-                )  # fmt: skip
-        if not replaying:
-            self._advance(item.topic, item.partition, item.offset)
+            self._dlq.send(
+                item.topic, item.partition, item.offset, key=item.key, value=item.value,
+                reason="late-event", detail=str(late),
+            )  # fmt: skip
+        self._positions.processed(record.cluster, item.topic, item.partition, item.offset)
 
     def _produce(self, spec: TopicSpec, row: Row) -> None:
         if isinstance(row, Tombstone):
@@ -336,19 +327,18 @@ class StreamWorker:
             except BufferError:  # a burst of windows: let librdkafka drain its queue
                 self._producer.poll(0.05)
 
-    def _advance(self, topic: str, partition: int, offset: int) -> None:
-        self._positions[(topic, partition)] = offset + 1
-        self._pending += 1
-
-    def _commit(self) -> None:
-        if self._positions:
-            offsets = [
-                TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in self._positions.items()
-            ]
-            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-        self._producer.commit_transaction(30)
-        self._producer.begin_transaction()
-        self._positions.clear()
+    def _commit(self, *, claim: bool = False) -> None:
+        """Commit the cycle; ``claim``: name this incarnation in every partition's offsets."""
+        restart = dict(self._fetched)
+        for merge in self._merges.values():
+            for partition, first in merge.first_offsets().items():
+                restart[partition] = min(restart[partition], first)
+        moved = self._positions.advance(restart)
+        offsets = restart if claim else moved
+        self._checkpoint.commit(
+            [TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in offsets.items()]
+        )
+        self._checkpoint.begin()
         self._pending = 0
         self._cycle_started = time.monotonic()
 

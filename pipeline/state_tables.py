@@ -7,12 +7,17 @@ topic from the beginning gives the cluster as it is now and stays bounded by its
 Workloads are built from both sides: what the watcher reports about the workload (kind, name,
 parent, deletion) and its pods (a pod counts toward every owner in its chain), so a workload
 whose controller the watcher does not know still has its pods counted.
+
+State is checkpointed per workload: ``["workload", cluster, uid]``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from pipeline.checkpointing import StateKey
 from pipeline.windows import from_ms, to_ms
 from schemas.ids import event_id
 from schemas.models import (
@@ -76,6 +81,7 @@ class StateTables:
 
     def __init__(self) -> None:
         self._workloads: dict[tuple[str, str], _Workload] = {}
+        self._changed: set[StateKey] = set()
 
     def process(self, event: Event) -> list[Record | Tombstone]:
         """The state rows (and tombstones) ``event`` causes."""
@@ -117,6 +123,7 @@ class StateTables:
             else:
                 workload.pods.pop(pod.uid, None)
             workload.last_seen = max(workload.last_seen, at)
+            self._changed.add(("workload", pod.cluster, owner.uid))
             rows.append(self._state(pod.cluster, workload, pod.event_id, deleted=False))
         return rows
 
@@ -132,6 +139,7 @@ class StateTables:
         workload.parent_uid = event.parent_uid
         workload.reported = event.status
         workload.last_seen = max(workload.last_seen, at)
+        self._changed.add(("workload", *key))
         deleted = event.type == ChangeType.DELETED or event.status == WorkloadStatus.DELETED
         rows: list[Record | Tombstone] = [
             self._state(event.cluster, workload, event.event_id, deleted=deleted)
@@ -169,4 +177,32 @@ class StateTables:
             status=status,
             first_seen=from_ms(workload.first_seen),
             last_seen=from_ms(workload.last_seen),
+        )
+
+    # --- checkpoint (pipeline.checkpointing.Stateful) -------------------------------------------
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        return (("workload", *key) for key in self._workloads)
+
+    def dump(self, key: StateKey) -> Any:
+        workload = self._workloads.get((key[1], key[2]))
+        if workload is None:
+            return None
+        return [
+            workload.uid, workload.namespace, workload.name, workload.kind, workload.parent_uid,
+            workload.top_uid, workload.first_seen, workload.last_seen,
+            None if workload.reported is None else workload.reported.value,
+            {uid: [pod.gpu_amount, pod.holds_gpus] for uid, pod in workload.pods.items()},
+        ]  # fmt: skip
+
+    def load(self, key: StateKey, value: Any) -> None:
+        *fields, reported, pods = value
+        self._workloads[(key[1], key[2])] = _Workload(
+            *fields,
+            reported=None if reported is None else WorkloadStatus(reported),
+            pods={uid: _Pod(*pod) for uid, pod in pods.items()},
         )

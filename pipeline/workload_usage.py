@@ -5,12 +5,19 @@ for the Deployment); a bare pod is its own workload. GPUs held follow the DESIGN
 definitions (time-weighted, events of one instant applied together); utilization is the
 mean and max of the samples of GPUs its pods held when sampled (container -> GPU mapping).
 Rows are written for workloads that held GPUs or were sampled in the window.
+
+State is checkpointed key by key: ``["cluster", c]`` (window, instant), ``["pod", c, uid]`` (its
+workload and the milli-GPUs it holds), ``["usage", c, workload uid]`` (the window's series and
+samples) and ``["holders", c, ...]`` (which pod holds which GPU, see :mod:`pipeline.holders`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from pipeline.checkpointing import StateKey
 from pipeline.exceptions import LateEvent
 from pipeline.holders import GpuHolders
 from pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
@@ -65,12 +72,14 @@ class WorkloadUsage:
     def __init__(self, windows: TumblingWindows) -> None:
         self.windows = windows
         self._clusters: dict[str, _Cluster] = {}
+        self._changed: set[StateKey] = set()
 
     def process(self, event: Event) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed."""
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
         rows: list[WorkloadGpuUsage] = []
+        self._changed.add(("cluster", event.cluster))
         if cluster is None:
             cluster = self._clusters[event.cluster] = _Cluster(event.cluster, self.windows.start_of(at), at)
         elif at < cluster.instant:
@@ -95,6 +104,7 @@ class WorkloadUsage:
         return rows
 
     def _usage(self, cluster: _Cluster, workload: _Workload) -> _Usage:
+        self._changed.add(("usage", cluster.name, workload.uid))
         cluster.workloads[workload.uid] = workload
         usage = cluster.usage.get(workload.uid)
         if usage is None:
@@ -109,6 +119,7 @@ class WorkloadUsage:
             else _Workload(pod.uid, "Pod", pod.name, pod.namespace)
         )
         cluster.workload_of[pod.uid] = workload
+        self._changed.add(("pod", cluster.name, pod.uid))
         previous = cluster.pods.pop(pod.uid, None)
         if previous is not None:
             usage = self._usage(cluster, previous[0])
@@ -136,6 +147,7 @@ class WorkloadUsage:
 
     def _settle(self, cluster: _Cluster) -> None:
         for uid in cluster.touched:
+            self._changed.add(("usage", cluster.name, uid))
             usage = cluster.usage[uid]
             usage.series.settle(cluster.instant, usage.held)
         cluster.touched.clear()
@@ -143,6 +155,8 @@ class WorkloadUsage:
     def _close_before(self, cluster: _Cluster, at: int) -> list[WorkloadGpuUsage]:
         rows: list[WorkloadGpuUsage] = []
         size = self.windows.size_ms
+        if cluster.window_start + size <= at:  # closing changes every series
+            self._changed.update(("usage", cluster.name, uid) for uid in cluster.usage)
         while cluster.window_start + size <= at:
             start, end = cluster.window_start, cluster.window_start + size
             for uid in sorted(cluster.usage):
@@ -178,3 +192,65 @@ class WorkloadUsage:
         )
         usage.util_sum, usage.util_count, usage.util_max = 0.0, 0, None
         return row
+
+    # --- checkpoint (pipeline.checkpointing.Stateful) -------------------------------------------
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        for name, cluster in self._clusters.items():
+            changed.update(("holders", name, *key) for key in cluster.holders.changed)
+            cluster.holders.changed = set()
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        for name, cluster in self._clusters.items():
+            yield ("cluster", name)
+            yield from (("pod", name, uid) for uid in cluster.workload_of)
+            yield from (("usage", name, uid) for uid in cluster.usage)
+            yield from (("holders", name, *key) for key in cluster.holders.live())
+
+    def dump(self, key: StateKey) -> Any:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            return None
+        kind = key[0]
+        if kind == "cluster":
+            return [cluster.window_start, cluster.instant, sorted(cluster.touched)]
+        if kind == "holders":
+            return cluster.holders.dump(key[2:])
+        if kind == "pod":
+            workload = cluster.workload_of.get(key[2])
+            held = cluster.pods.get(key[2])
+            return None if workload is None else [_fields(workload), None if held is None else held[1]]
+        usage = cluster.usage.get(key[2])
+        if usage is None:
+            return None
+        series = usage.series
+        return [
+            _fields(cluster.workloads[key[2]]), [series.since, series.value, series.integral, series.maximum],
+            usage.held, usage.pods, usage.util_sum, usage.util_count, usage.util_max,
+        ]  # fmt: skip
+
+    def load(self, key: StateKey, value: Any) -> None:
+        kind = key[0]
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            cluster = self._clusters[key[1]] = _Cluster(key[1], 0, 0)
+        if kind == "cluster":
+            cluster.window_start, cluster.instant, touched = value
+            cluster.touched = set(touched)
+        elif kind == "holders":
+            cluster.holders.load(key[2:], value)
+        elif kind == "pod":
+            workload, amount = _Workload(*value[0]), value[1]
+            cluster.workload_of[key[2]] = workload
+            if amount is not None:
+                cluster.pods[key[2]] = (workload, amount)
+        else:
+            workload, series, *counts = value
+            cluster.workloads[key[2]] = _Workload(*workload)
+            cluster.usage[key[2]] = _Usage(HeldAmount(*series), *counts)
+
+
+def _fields(workload: _Workload) -> list[str]:
+    return [workload.uid, workload.kind, workload.name, workload.namespace]

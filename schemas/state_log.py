@@ -1,0 +1,186 @@
+"""A process's keyed state on one compacted partition, restorable at the cost of its live size.
+
+A state log holds ``key -> value`` bytes. Writers append the entries that changed (a null value
+deletes a key) and, from time to time, a *snapshot*: a marker record followed by every live
+entry. Restoring starts at the newest committed snapshot and applies what follows, so it
+reads about ``live size + changes since the snapshot`` records however long the log is:
+
+- on Apache Kafka compaction also removes superseded records, but the restore does not rely
+  on it: noida-db, the embedded broker, never compacts (measured: 300,000 writes over 100
+  keys read back as 300,000 records 20 s later);
+- a snapshot is written once the changes since the previous one outnumber the live entries
+  (and at least ``min_between`` records), so the log's unread tail stays within about twice
+  the live size plus one cycle;
+- the newest snapshot is found by reading the partition backwards in growing spans from its
+  end, so nothing older than the snapshot is read.
+
+Writes go through the caller's producer: a transactional producer puts them in the same
+transaction as its outputs and input offsets, and a ``read_committed`` restore then sees a
+state that matches those offsets exactly. Keys starting with ``\\x00`` are reserved.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas.exceptions import GPULensError
+from schemas.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_MARKER = b"\x00snapshot"
+"""Key of the record that opens a snapshot (its value: the snapshot's entry count, ASCII)."""
+
+FIRST_SPAN = 4_096
+"""Records read from the end before looking further back for a snapshot."""
+
+
+class StateLogError(GPULensError):
+    """A state log cannot be created or read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What a restore found."""
+
+    entries: dict[bytes, bytes]
+    """Live keys and their newest values."""
+    records_read: int
+    """Records read to get there (the restore's cost)."""
+    seconds: float
+
+
+Entries = Iterable[tuple[bytes, bytes | None]]
+
+
+class StateLog:
+    """One state log: a compacted single-partition topic, written through a caller's producer."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str, *, min_between: int = 10_000) -> None:
+        self.topic = topic
+        self._kafka = kafka
+        self._min_between = min_between
+        self._since_snapshot = 0
+        """Records appended since the last snapshot (restored ones included)."""
+
+    def create(self, *, timeout: float = 30.0) -> None:
+        """Create the topic if it does not exist (compacted, one partition)."""
+        admin = AdminClient(self._kafka.librdkafka())
+        config = {"cleanup.policy": "compact", "retention.ms": "-1"}
+        future = admin.create_topics([NewTopic(self.topic, 1, 1, config=config)], operation_timeout=timeout)
+        try:
+            future[self.topic].result(timeout)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StateLogError(f"cannot create state log {self.topic}: {err.args[0].str()}") from err
+
+    def append(self, producer: Producer, entries: Entries) -> int:
+        """Write changed entries (``None``: the key is gone); the number written."""
+        written = 0
+        for key, value in entries:
+            _produce(producer, self.topic, key, value)
+            written += 1
+        self._since_snapshot += written
+        return written
+
+    def snapshot_possible(self) -> bool:
+        """Whether enough was appended since the last snapshot for one to be due at all."""
+        return self._since_snapshot >= self._min_between
+
+    def snapshot_due(self, live: int) -> bool:
+        """Whether the changes since the last snapshot outnumber the ``live`` entries."""
+        return self._since_snapshot >= max(live, self._min_between)
+
+    def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
+        """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
+        _produce(producer, self.topic, SNAPSHOT_MARKER, str(count).encode())
+        for key, value in live():
+            _produce(producer, self.topic, key, value)
+        self._since_snapshot = 0
+
+    def restore(self, *, timeout: float = 30.0) -> Restored:
+        """The live entries as of the newest committed write (call after fencing older writers)."""
+        started = time.monotonic()
+        reader = Consumer(
+            self._kafka.librdkafka(
+                **{
+                    "group.id": f"{self.topic}-restore",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                }
+            )
+        )
+        try:
+            low, high = reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)
+            records: list[tuple[int, bytes, bytes | None]] = []
+            start, span = high, FIRST_SPAN
+            while start > low:
+                begin = max(low, start - span)
+                records[:0] = _read(reader, self.topic, begin, start, timeout)
+                start, span = begin, span * 4
+                if any(key == SNAPSHOT_MARKER for _, key, _ in records):
+                    break
+        finally:
+            reader.close()
+        first = max((i for i, (_, key, _) in enumerate(records) if key == SNAPSHOT_MARKER), default=0)
+        entries: dict[bytes, bytes] = {}
+        for _, key, value in records[first:]:
+            if key == SNAPSHOT_MARKER:
+                continue
+            if value is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = value
+        self._since_snapshot = len(records) - first
+        restored = Restored(entries, len(records), time.monotonic() - started)
+        log.info(
+            "state log %s: %d live entries restored from %d records in %.2f s",
+            self.topic,
+            len(entries),
+            restored.records_read,
+            restored.seconds,
+        )
+        return restored
+
+
+def _read(
+    reader: Consumer, topic: str, begin: int, end: int, timeout: float
+) -> list[tuple[int, bytes, bytes | None]]:
+    """Committed records of offsets ``[begin, end)`` (aborted ones and markers have none)."""
+    reader.assign([TopicPartition(topic, 0, begin)])
+    out: list[tuple[int, bytes, bytes | None]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = reader.consume(10_000, 0.5)
+        if not batch and time.monotonic() > deadline:
+            raise StateLogError(f"state log {topic}: no data from offset {begin} within {timeout:g} s")
+        for message in batch:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return out
+                if error.fatal() or not error.retriable():
+                    raise StateLogError(f"state log {topic}: {error.str()}")
+                continue
+            offset = message.offset() or 0
+            if offset >= end:
+                return out
+            out.append((offset, message.key() or b"", message.value()))
+        if batch:
+            deadline = time.monotonic() + timeout
+
+
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes | None) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:  # a snapshot can outrun the local queue: let it drain
+            producer.poll(0.05)
