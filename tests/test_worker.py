@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 from alert_oracle import idle_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.platform import free_port
 from pipeline.operators import StateOperator
 from pipeline.running import StreamWorker, WorkerOptions
 from producers.replay import genai_duty
@@ -154,6 +157,55 @@ def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     finally:
         reader.close()
     assert_rows_equal_the_csv(rows)
+
+
+def worker_metrics(port: int) -> dict[str, float]:
+    """Sums of the worker's samples by name (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def wait_caught_up(port: int, group: str, deadline_s: float) -> dict[str, float]:
+    """Wait until the worker's committed offsets reach the ends of its inputs."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            metrics = worker_metrics(port)
+        except OSError:
+            metrics = {}
+        if "gpulens_consumer_lag_records" in metrics and metrics["gpulens_consumer_lag_records"] == 0:
+            return metrics
+        time.sleep(0.5)
+    raise AssertionError(f"worker {group} did not catch up within {deadline_s} s")
+
+
+def test_a_restarted_worker_restores_its_state_and_reads_only_what_came_after(
+    platform, codec, config_file, unique, processes
+) -> None:
+    cluster, group = f"restore-{unique}", f"g-{unique}"
+    reader = RowReader(platform, codec, cluster)
+    try:
+        port = free_port()
+        first = start_worker(config_file, group, "--metrics-port", str(port))
+        processes.append(first)
+        processes.append(replay(config_file, cluster))
+        reader.read_until(len(expected_rows(PODS_CSV, 3600)), 180)
+        before = wait_caught_up(port, group, 60)
+        assert before["gpulens_worker_records_in_total"] > 10_000, "the first worker read the replay"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        port = free_port()
+        processes.append(start_worker(config_file, group, "--metrics-port", str(port)))
+        after = wait_caught_up(port, group, 60)
+    finally:
+        reader.close()
+    assert after["gpulens_worker_restored_state_keys"] > 0, "state came back from the state logs"
+    assert after.get("gpulens_worker_records_in_total", 0) == 0, "nothing was read twice"
 
 
 def test_two_worker_shards_split_the_clusters_and_each_gets_its_rows_once(
