@@ -23,6 +23,7 @@ from pipeline.holders import GpuHolders
 from pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
 from schemas.ids import event_id
 from schemas.models import (
+    ChangeType,
     ContainerEvent,
     DeviceInventory,
     Event,
@@ -118,7 +119,10 @@ class WorkloadUsage:
             if top
             else _Workload(pod.uid, "Pod", pod.name, pod.namespace)
         )
-        cluster.workload_of[pod.uid] = workload
+        if pod.type == ChangeType.DELETED:  # what state holds follows the pods that exist
+            cluster.workload_of.pop(pod.uid, None)
+        else:
+            cluster.workload_of[pod.uid] = workload
         self._changed.add(("pod", cluster.name, pod.uid))
         previous = cluster.pods.pop(pod.uid, None)
         if previous is not None:

@@ -33,7 +33,7 @@ from pipeline.windows import TumblingWindows
 from producers.replay import alibaba_v2023, genai_duty
 from producers.replay.locating import traces_dir
 from producers.simulate import ClusterSimulation, SimulationSpec
-from schemas.models import Event
+from schemas.models import ChangeType, Event, PodEvent
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 CYCLE = 250
@@ -144,3 +144,17 @@ def test_input_positions_skip_what_a_cluster_processed_past_the_restart_offset()
     assert restored.restart == {("pods", 0): 5}
     assert restored.seen("a", "pods", 0, 10) and not restored.seen("a", "pods", 0, 11)
     assert not restored.seen("b", "pods", 0, 5)
+
+
+@pytest.mark.parametrize("name", ["allocation", "workloads", "alerts"])
+def test_state_keeps_no_key_for_a_deleted_pod(name: str) -> None:
+    """What a restart restores follows the pods that exist, not every pod there ever was."""
+    operator, existing = OPERATORS[name](), set()
+    for event in alibaba():
+        if isinstance(event, PodEvent):
+            (existing.discard if event.type == ChangeType.DELETED else existing.add)(event.uid)
+        if any(isinstance(event, spec.record) for spec in operator.inputs):
+            operator.process(event)
+    pod_keys = {key[2] for key in operator.state.live() if key[0] in ("pod", "holding", "pending")}
+    assert pod_keys, "the stream leaves pods running"
+    assert pod_keys <= existing
