@@ -115,8 +115,10 @@ def worker(
     event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage),
     gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
     (newest state of every pod, node, inventory, container and workload), one Kafka
-    transaction per cycle (exactly once, also across kill -9). A replay's final watermark
-    closes every open window. Stops on SIGTERM/Ctrl-C.
+    transaction per cycle (exactly once, also across kill -9). Each processor's state goes to
+    gpulens.worker.<group>.<processor>.changelog in the same transaction: a restart restores
+    it and reads on from where the last cycle ended, never from the beginning. A replay's
+    final watermark closes every open window. Stops on SIGTERM/Ctrl-C.
     """
     from pipeline.alerting import AlertRules
     from pipeline.operators import (
