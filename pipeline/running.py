@@ -6,6 +6,13 @@ Operator state is rebuilt at start by re-reading the inputs from the beginning w
 suppressed up to the committed offsets: events are the truth, state is derived. (This
 bounds history by the input topics' retention; a state changelog would lift that.)
 
+Event time comes from the sources' watermarks (:mod:`pipeline.event_time`): records are
+released per cluster in event-time order once below the smallest watermark of its live sources
+minus the allowed lateness; a state change older than what was already released is applied at
+that instant and reported, never dropped; operators see a cluster's final watermark once every
+source of it has sent its own. Clusters without watermarks fall back to the partition rule of
+:mod:`pipeline.merging`.
+
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
 cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
 of its own (its own ``--group``), and one worker group per output topic: two groups writing
