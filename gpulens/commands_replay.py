@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,14 +28,30 @@ def _speed(value: str) -> float | None:
     return speed
 
 
+_PART = click.option(
+    "--part",
+    "parts",
+    type=click.Choice(["nodes", "pods", "samples"]),
+    multiple=True,
+    help="Publish only this part (repeatable), as a source of its own: nodes (and inventories), "
+    "pods (and containers), samples. Run one process per part to publish as a cluster's watchers "
+    "and agents do, independently.",
+)
+
+
 def _publish(
-    context: Context, events: Iterable[tuple[TopicSpec, Event]], total: int, speed: str, label: str
+    context: Context, events: list[tuple[TopicSpec, Event]], parts: tuple[str, ...], speed: str, label: str
 ) -> None:
     from producers.publishing import EventPublisher
     from producers.replay.pacing import replay
     from schemas.codec import AvroCodec, registry_client
     from schemas.topic_admin import create_topics
 
+    if parts:
+        from producers.replay.splitting import only
+
+        events = list(only(events, parts))
+    total = len(events)
     settings = context.settings
     create_topics(settings.kafka)
     publisher = EventPublisher(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
@@ -76,8 +91,11 @@ def replay() -> None:
     help="Calendar time of the trace's second 0 (UTC).",
 )
 @click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
+@_PART
 @pass_context
-def alibaba_v2023(context: Context, nodes: Path, pods: Path, epoch: datetime, speed: str) -> None:
+def alibaba_v2023(
+    context: Context, nodes: Path, pods: Path, epoch: datetime, speed: str, parts: tuple[str, ...]
+) -> None:
     """Alibaba cluster-trace-gpu-v2023: nodes first, then every GPU pod created, bound, deleted.
 
     Pods are bound by a deterministic best fit on GPU model and free GPUs (the trace has no
@@ -93,9 +111,7 @@ def alibaba_v2023(context: Context, nodes: Path, pods: Path, epoch: datetime, sp
             epoch=epoch.replace(tzinfo=UTC),
         )
     )
-    _publish(
-        context, events, len(events), speed, f"alibaba-v2023 → {context.settings.kafka.bootstrap_servers}"
-    )
+    _publish(context, events, parts, speed, f"alibaba-v2023 → {context.settings.kafka.bootstrap_servers}")
 
 
 @replay.command("genai-duty")
@@ -107,10 +123,11 @@ def alibaba_v2023(context: Context, nodes: Path, pods: Path, epoch: datetime, sp
     help="Duty-cycle CSV.",
 )
 @click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
+@_PART
 @pass_context
-def genai_duty(context: Context, samples: Path, speed: str) -> None:
+def genai_duty(context: Context, samples: Path, speed: str, parts: tuple[str, ...]) -> None:
     """Alibaba GenAI 2026 duty cycles: each pod a one-GPU pod on its own node, each row a sample."""
     from producers.replay import genai_duty as trace
 
     events = list(trace.plan(trace.read_samples(samples), cluster=context.settings.cluster))
-    _publish(context, events, len(events), speed, f"genai-duty → {context.settings.kafka.bootstrap_servers}")
+    _publish(context, events, parts, speed, f"genai-duty → {context.settings.kafka.bootstrap_servers}")

@@ -76,7 +76,25 @@ PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
     type=click.IntRange(min=0),
     default=3000,
     show_default=True,
-    help="How long a quiet input partition may hold the others back (event-time merge).",
+    help="Clusters whose sources publish no watermarks: how long a quiet input partition may "
+    "hold the others back (event-time merge).",
+)
+@click.option(
+    "--source-timeout",
+    "source_timeout_s",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="A source silent this long (wall seconds) stops holding its cluster's event time back; "
+    "a new cluster's time also waits this long for its sources to speak.",
+)
+@click.option(
+    "--allowed-lateness",
+    "allowed_lateness_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Process records this many event-time seconds behind their cluster's watermark.",
 )
 @click.option(
     "--shard",
@@ -105,6 +123,8 @@ def worker(
     pending_for: float,
     group_id: str,
     idle_ms: int,
+    source_timeout_s: float,
+    allowed_lateness_s: float,
     shard: Shard,
     metrics_port: int | None,
     metrics_host: str,
@@ -117,8 +137,14 @@ def worker(
     (newest state of every pod, node, inventory, container and workload), one Kafka
     transaction per cycle (exactly once, also across kill -9). Each processor's state goes to
     gpulens.worker.<group>.<processor>.changelog in the same transaction: a restart restores
-    it and reads on from where the last cycle ended, never from the beginning. A replay's
-    final watermark closes every open window. Stops on SIGTERM/Ctrl-C.
+    it and reads on from where the last cycle ended, never from the beginning.
+
+    Event time advances per cluster by the watermarks its sources publish: the smallest over
+    its live sources (a source silent for --source-timeout stops counting), records released
+    --allowed-lateness behind it. A state change older than that is applied at the cluster's
+    current time and reported, never dropped. When every source of a cluster has sent its
+    final watermark, every open window closes. Clusters without watermarks fall back to the
+    --idle-ms partition rule. Stops on SIGTERM/Ctrl-C.
     """
     from pipeline.alerting import AlertRules
     from pipeline.operators import (
@@ -175,5 +201,11 @@ def worker(
     )
     codec = AvroCodec(registry_client(settings.registry.url))
     tune_for_throughput()
-    options = WorkerOptions(group_id=group_id, idle_ms=idle_ms, shard=shard)
+    options = WorkerOptions(
+        group_id=group_id,
+        idle_ms=idle_ms,
+        source_timeout_s=source_timeout_s,
+        allowed_lateness_ms=round(allowed_lateness_s * 1000),
+        shard=shard,
+    )
     StreamWorker(settings.kafka, codec, operators, options).run(stop)

@@ -1,18 +1,21 @@
 """Merging input partitions into one event-time order.
 
-Each partition is in event-time order per entity, but a consumer fetches partitions in
-arbitrary interleavings. The merge hands a record over only when every input partition
-either has a record buffered (so nothing earlier can still come from it) or has been at
-its end for ``idle_ms`` of wall time (a quiet partition must not stall everyone). Ties are
-broken by topic rank, partition and offset, so a replay of the same data is processed in
-the same order every time.
+A consumer fetches partitions in arbitrary interleavings; the merge hands records over in
+event-time order, ties broken by topic rank, partition and offset, so a replay of the same
+data is processed in the same order every time.
+
+How far it may go comes from the sources' watermarks (:mod:`pipeline.event_time`). For a
+cluster whose sources publish none, the fallback *partition rule* applies: a record goes only
+when every input partition either has a record buffered (so nothing earlier can still come
+from it, each partition being in event-time order) or has been at its end for ``idle_ms`` of
+wall time and the broker holds nothing unread on it. That rule guesses: a partition a slow
+producer is still writing can look drained, and its records then arrive late.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -81,53 +84,72 @@ class PartitionEnds:
 
 
 class EventTimeMerge(Generic[T]):
-    """Buffers records per partition and releases them in event-time order.
+    """Buffers records and releases them in (event time, topic rank, partition, offset) order.
 
-    One merge per stream that is ordered within each partition: the worker keeps one per
-    cluster, since two clusters replayed at different times share partitions but not order.
+    One merge per cluster: two clusters replayed at different times share partitions but not
+    order. How far it may release is the caller's to say (:meth:`release`): up to a bound
+    from the cluster's watermarks (:mod:`pipeline.event_time`), or, for a cluster without
+    watermarks, by the partition rule above.
     """
 
     def __init__(self, ends: PartitionEnds, *, idle_ms: int) -> None:
         self._ends = ends
-        self._buffers: dict[Partition, deque[Stamped[T]]] = {p: deque() for p in ends.since}
+        self._heap: list[Stamped[T]] = []
+        self._counts: dict[Partition, int] = dict.fromkeys(ends.since, 0)
         self._idle_s = idle_ms / 1000
 
     def add(self, item: Stamped[T]) -> None:
-        """A record fetched from its partition (partitions deliver in offset order)."""
+        """A record fetched from its partition."""
         partition = (item.topic, item.partition)
-        self._buffers[partition].append(item)
+        heapq.heappush(self._heap, item)
+        self._counts[partition] += 1
         self._ends.received(partition)
 
-    def release(self) -> list[Stamped[T]]:
-        """Every record that is safe to process now, in order."""
+    def release(self, below_ms: int | None = None) -> list[Stamped[T]]:
+        """Every record that is safe to process now, in order.
+
+        ``below_ms``: release the records with an event time below it, whatever the partitions
+        say (the sources vouched for everything earlier). None: the partition rule.
+        """
         out: list[Stamped[T]] = []
-        now = self._ends.clock()
-        if any(self._blocks(p, now) for p in self._buffers):
+        heap = self._heap
+        if below_ms is not None:
+            while heap and heap[0].event_ms < below_ms:
+                out.append(self._pop())
             return out
-        heads = [(b[0], p) for p, b in self._buffers.items() if b]
-        heapq.heapify(heads)
-        while heads:
-            head, partition = heapq.heappop(heads)
-            buffered = self._buffers[partition]
-            buffered.popleft()
+        now = self._ends.clock()
+        if any(self._blocks(p, now) for p in self._counts):
+            return out
+        while heap:
+            head = self._pop()
             out.append(head)
-            if buffered:
-                heapq.heappush(heads, (buffered[0], partition))
-            elif self._blocks(partition, now):
+            partition = (head.topic, head.partition)
+            if self._blocks(partition, now):
                 break  # only a partition that just ran empty can start blocking
         return out
 
+    def _pop(self) -> Stamped[T]:
+        head = heapq.heappop(self._heap)
+        self._counts[(head.topic, head.partition)] -= 1
+        return head
+
     def _blocks(self, partition: Partition, now: float) -> bool:
-        if self._buffers[partition]:
+        if self._counts[partition]:
             return False
         since = self._ends.since[partition]
         return since is None or now - since < self._idle_s or not self._ends.drained(partition)
 
     def first_offsets(self) -> dict[Partition, int]:
-        """The offset of the first record still buffered, per partition holding any."""
-        return {p: b[0].offset for p, b in self._buffers.items() if b}
+        """The offset of the first record still buffered, per partition holding any (a scan:
+        called once per checkpoint, not per record)."""
+        first: dict[Partition, int] = {}
+        for item in self._heap:
+            partition = (item.topic, item.partition)
+            if item.offset < first.get(partition, item.offset + 1):
+                first[partition] = item.offset
+        return first
 
     @property
     def buffered(self) -> int:
-        """Records waiting for a slower partition."""
-        return sum(len(b) for b in self._buffers.values())
+        """Records waiting to be released."""
+        return len(self._heap)

@@ -7,6 +7,13 @@ from their state logs and reads on from the checkpointed offsets: its cost follo
 state, not the history, and the inputs' retention no longer bounds what state can hold. Only
 a worker with no checkpoint at all (a new group) reads its inputs from the beginning.
 
+Event time comes from the sources' watermarks (:mod:`pipeline.event_time`): records are
+released per cluster in event-time order once below the smallest watermark of its live sources
+minus the allowed lateness; a state change older than what was already released is applied at
+that instant and reported, never dropped; operators see a cluster's final watermark once every
+source of it has sent its own. Clusters without watermarks fall back to the partition rule of
+:mod:`pipeline.merging`.
+
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
 cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
 of its own (its own ``--group``), and one worker group per output topic: two groups writing
@@ -19,23 +26,32 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
 from pipeline.checkpointing import Checkpoint, Stateful
+from pipeline.event_time import EventClocks
 from pipeline.exceptions import LateEvent, PipelineError
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator, Row
 from pipeline.positions import InputPositions
 from pipeline.state_tables import Tombstone
-from pipeline.windows import to_ms
+from pipeline.windows import from_ms, to_ms
 from schemas.codec import AvroCodec
 from schemas.consuming import IdlePartitions, LagMonitor
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, DecodeFailure
-from schemas.models import Event, Watermark
+from schemas.models import (
+    ContainerEvent,
+    DeviceInventory,
+    Event,
+    NodeEvent,
+    PodEvent,
+    Watermark,
+    WorkloadEvent,
+)
 from schemas.settings import KafkaSettings
 from schemas.sharding import UNSHARDED, Shard
 from schemas.topics import TopicSpec, record_key
@@ -43,18 +59,27 @@ from schemas.topics import TopicSpec, record_key
 log = logging.getLogger(__name__)
 
 
-class _OtherShard:
-    """Stands in the merge for a record of a cluster another shard keeps: only its offset counts."""
+class _OffsetOnly:
+    """Stands in the merge for a record no operator sees (a cluster another shard keeps, a
+    source's watermark): only its offset counts."""
 
 
-OTHER_SHARD = _OtherShard()
-Input = Event | DecodeError | _OtherShard
+OFFSET_ONLY = _OffsetOnly()
+Input = Event | DecodeError | _OffsetOnly
+STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerEvent)
+"""Records that change state: never dropped as late (see ``StreamWorker._take``)."""
 
 RESTORED = Gauge("gpulens_worker_restored_state_keys", "State keys restored from the state logs at start.")
 RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
 ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
 LATE = Counter("gpulens_worker_late_events_total", "Events older than applied event time (sent to the DLQ).")
-WAITING = Gauge("gpulens_worker_buffered_records", "Records waiting for a slower partition.")
+LATE_STATE = Counter(
+    "gpulens_worker_late_state_changes_total",
+    "State changes older than their cluster's released event time: applied at that time, not dropped.",
+)
+WAITING = Gauge(
+    "gpulens_worker_buffered_records", "Records buffered until their cluster's event time passes them."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +88,12 @@ class WorkerOptions:
 
     group_id: str = "gpulens-worker"
     idle_ms: int = 3_000
-    """How long a partition at its end may stay quiet before the others go on without it."""
+    """Clusters without watermarks: how long a partition at its end may stay quiet before the
+    others go on without it."""
+    source_timeout_s: float = 10.0
+    """A source silent this long (wall time) stops holding its cluster's event time back."""
+    allowed_lateness_ms: int = 0
+    """Records are released this far behind their cluster's event time (from watermarks)."""
     cycle_s: float = 1.0
     """Longest time between two transaction commits."""
     cycle_records: int = 20_000
@@ -108,6 +138,9 @@ class StreamWorker:
         self._last_ms: dict[tuple[str, int], int] = {}
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
         self._merges: dict[str, EventTimeMerge[Input]] = {}
+        self._clocks = EventClocks(
+            source_timeout_s=options.source_timeout_s, allowed_lateness_ms=options.allowed_lateness_ms
+        )
         self._shard = options.shard if options.shard.count > 1 else None
         self._rank = {spec.name: rank for rank, spec in enumerate(self._inputs)}
         self._specs = {spec.name: spec for spec in self._inputs}
@@ -119,7 +152,7 @@ class StreamWorker:
             self._producer,
             self._consumer,
             group_id=options.group_id,
-            parts=parts | {"positions": self._positions},
+            parts=parts | {"positions": self._positions, "clocks": self._clocks},
         )
         started = time.monotonic()
         restored = self._checkpoint.restore()
@@ -177,6 +210,15 @@ class StreamWorker:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=5, cached=False)
         return bool(high <= self._fetched.get(partition, 0))
 
+    def _end_offsets(self) -> dict[tuple[str, int], int]:
+        """The broker's end offset of every input partition now (a barrier for watermarks read)."""
+        ends = {}
+        for partition in self._ends.since:
+            _, ends[partition] = self._consumer.get_watermark_offsets(
+                TopicPartition(*partition), timeout=5, cached=False
+            )
+        return ends
+
     def _partitions(self) -> list[TopicPartition]:
         metadata = self._consumer.list_topics(timeout=30).topics
         missing = [spec.name for spec in self._inputs if spec.name not in metadata]
@@ -205,9 +247,19 @@ class StreamWorker:
         for message in self._consumer.consume(5_000, timeout):
             self._take(message)
         self._idle.tick()
-        for merge in list(self._merges.values()):
-            for item in merge.release():
-                self._process(item)
+        if self._clocks.wants_barrier:
+            self._clocks.barrier(self._end_offsets())
+        self._clocks.settle(self._fetched)
+        for cluster, merge in list(self._merges.items()):
+            items = merge.release(self._clocks.limit(cluster))
+            # A source's watermark is the worker's business; operators hear only the end of a
+            # cluster: the last final watermark, once every source of it has sent one.
+            last = len(items) - 1 if items and self._clocks.ended(cluster) else -1
+            for index, item in enumerate(items):
+                if isinstance(item.record, Watermark) and not (index == last and item.record.final):
+                    item = replace(item, record=OFFSET_ONLY)
+                self._clocks.released(cluster, item.event_ms)
+                self._process(item, cluster)
         WAITING.set(sum(m.buffered for m in self._merges.values()))
         if self._pending >= self._options.cycle_records or (
             self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s
@@ -249,13 +301,20 @@ class StreamWorker:
         key = message.key()
         try:
             if self._shard is not None and not self._shard.owns_key(key):
-                record, event_ms, cluster = OTHER_SHARD, self._last_ms.get((topic, partition), 0), ""
+                record, event_ms, cluster = OFFSET_ONLY, self._last_ms.get((topic, partition), 0), ""
             else:
                 record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
                 if self._shard is not None:
                     _check_key(key, record)
                 event_ms = self._last_ms[(topic, partition)] = to_ms(record.event_time)
                 cluster = record.cluster
+                if isinstance(record, Watermark):
+                    self._clocks.watermark(cluster, record.source, event_ms, final=record.final)
+                else:
+                    self._clocks.heard(cluster, record.source)
+                    released = self._clocks.released_ms(cluster)
+                    if released is not None and event_ms < released and isinstance(record, STATE_CHANGES):
+                        record, event_ms = _restamp(record, released), released
         except DecodeError as err:
             # Undecodable records keep their place in the partition: the offset committed past
             # them must never skip a record still waiting in the merge.
@@ -278,18 +337,18 @@ class StreamWorker:
             )
         )
 
-    def _process(self, item: Stamped[Input]) -> None:
+    def _process(self, item: Stamped[Input], cluster: str) -> None:
         record = item.record
         self.processed += 1
         self._pending += 1
-        if record is OTHER_SHARD:
-            self._positions.processed("", item.topic, item.partition, item.offset)
+        if record is OFFSET_ONLY:
+            self._positions.processed(cluster, item.topic, item.partition, item.offset)
             return
         self._records_in[item.topic].inc()
         if isinstance(record, DecodeError):
             self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
                            reason=record.reason.value, detail=record.detail)  # fmt: skip
-            self._positions.processed("", item.topic, item.partition, item.offset)
+            self._positions.processed(cluster, item.topic, item.partition, item.offset)
             return
         assert isinstance(record, Event)
         if isinstance(record, Watermark) and record.final:
@@ -313,7 +372,7 @@ class StreamWorker:
                 item.topic, item.partition, item.offset, key=item.key, value=item.value,
                 reason="late-event", detail=str(late),
             )  # fmt: skip
-        self._positions.processed(record.cluster, item.topic, item.partition, item.offset)
+        self._positions.processed(cluster, item.topic, item.partition, item.offset)
 
     def _produce(self, spec: TopicSpec, row: Row) -> None:
         if isinstance(row, Tombstone):
@@ -341,6 +400,26 @@ class StreamWorker:
         self._checkpoint.begin()
         self._pending = 0
         self._cycle_started = time.monotonic()
+
+
+def _restamp(record: Event, released_ms: int) -> Event:
+    """A state change older than what its cluster already released: applied now, and reported.
+
+    Dropping it would leave state wrong from then on (a node never added, a pod never deleted);
+    applied at the released instant it fixes state, and the windows it would have changed say so.
+    """
+    LATE_STATE.inc()
+    log.warning(
+        "late %s %s of cluster %s at %s (source %s): applied at %s; windows from %s on closed without it",
+        type(record).__name__,
+        record.event_id,
+        record.cluster,
+        record.event_time.isoformat(),
+        record.source,
+        from_ms(released_ms).isoformat(),
+        record.event_time.isoformat(),
+    )
+    return record.model_copy(update={"event_time": from_ms(released_ms)})
 
 
 def _check_key(key: bytes | None, record: Event) -> None:

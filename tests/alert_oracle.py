@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from pathlib import Path
 
 from producers.replay.locating import traces_dir
 
 SAMPLES = traces_dir() / "alibaba-genai-2026" / "pod_gpu_duty_cycle_48pods.csv"
 
 
-def idle_alerts_from_csv(threshold: float, duration_s: float) -> set[tuple[str, str, float]]:
+def idle_alerts_from_csv(
+    threshold: float, duration_s: float, samples: Path = SAMPLES
+) -> set[tuple[str, str, float]]:
     """(pod, OPENED|RESOLVED, time) straight from the CSV by the rule's own words."""
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    with SAMPLES.open() as handle:
+    with samples.open() as handle:
         for row in csv.DictReader(handle):
             series[row["container_ip"]].append((float(row["timestamp_anon"]), float(row["value"])))
     found = set()

@@ -58,3 +58,14 @@ def test_new_data_on_a_partition_ends_its_idleness() -> None:
     merge.add(item(A, 0, 50))
     assert [i.record for i in merge.release()] == ["0@0"]
     assert merge.buffered == 1
+
+
+def test_with_a_bound_from_watermarks_records_go_below_it_whatever_the_partitions_say() -> None:
+    ends = PartitionEnds([A, B], drained=lambda _p: False)
+    merge: EventTimeMerge[str] = EventTimeMerge(ends, idle_ms=1000)
+    for offset, at in enumerate([30, 10]):  # two sources in one partition: not in time order
+        merge.add(item(A, offset, at))
+    merge.add(item(B, 0, 20))
+    assert [i.record for i in merge.release(below_ms=25)] == ["0@1", "1@0"]
+    assert [i.record for i in merge.release(below_ms=31)] == ["0@0"]
+    assert merge.buffered == 0

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from producers.publishing import EventPublisher
+from producers.watermarking import WatermarkCadence
 from schemas.models import Event
 from schemas.topics import TopicSpec
 
@@ -20,8 +21,10 @@ def replay(
     """Publish ``events`` in order; ``speed`` None means as fast as possible. Returns the count.
 
     With a speed, the wall time between two events is their event-time gap divided by it.
+    Watermarks tell consumers how far the replay has come, every second of wall time.
     """
     count = 0
+    cadence = WatermarkCadence(publisher)
     origin: tuple[float, float] | None = None
     for topic, event in events:
         if speed is not None:
@@ -32,6 +35,7 @@ def replay(
             if wait > 0:
                 publisher.flush()
                 time.sleep(wait)
+        cadence.before(event)
         publisher.publish(topic, event)
         count += 1
         if progress is not None:

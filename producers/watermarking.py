@@ -1,0 +1,68 @@
+"""Publishing a producer's progress as watermarks, so that consumers need not guess it.
+
+``Watermark(cluster, source, event_time=T)`` promises that every record of that source with
+an event time below ``T`` is on the broker: it is published only after the publisher flushed
+(the broker acknowledged) every earlier record. The stream worker advances a cluster's event
+time by these promises (``pipeline.event_time``), not by partitions that look empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from producers.publishing import BasePublisher
+from schemas.ids import event_id
+from schemas.models import Event, Watermark
+from schemas.topics import WATERMARKS
+
+
+def progress_mark(cluster: str, source: str, at: datetime) -> Watermark:
+    """A non-final watermark: every record of ``source`` before ``at`` has been delivered."""
+    return Watermark(
+        event_id=event_id(cluster, source, "watermark", at.isoformat()),
+        cluster=cluster,
+        event_time=at,
+        source=source,
+        final=False,
+    )
+
+
+class WatermarkCadence:
+    """Publishes a watermark per (cluster, source) every ``every_s`` of wall time.
+
+    For publishers whose records come in non-decreasing event time: call :meth:`before` with
+    each record before publishing it. A source is announced by a watermark before its first
+    record, so a consumer knows of it before anything of it arrives.
+    """
+
+    def __init__(
+        self, publisher: BasePublisher, *, every_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._publisher = publisher
+        self._every_s = every_s
+        self._clock = clock
+        self._marked: dict[tuple[str, str], datetime] = {}
+        """Newest watermark published per (cluster, source)."""
+        self._last = clock()
+
+    def before(self, event: Event) -> None:
+        """``event`` is about to be published: publish the watermarks that are due."""
+        if isinstance(event, Watermark):
+            return
+        source = (event.cluster, event.source)
+        if source not in self._marked:
+            self._mark(source, event.event_time)
+        if self._clock() - self._last < self._every_s:
+            return
+        self._publisher.flush()  # the promise holds only for acknowledged records
+        for known in self._marked:
+            self._mark(known, event.event_time)
+        self._last = self._clock()
+
+    def _mark(self, source: tuple[str, str], at: datetime) -> None:
+        previous = self._marked.get(source)
+        if previous is None or previous < at:
+            self._publisher.publish(WATERMARKS, progress_mark(*source, at))
+            self._marked[source] = at

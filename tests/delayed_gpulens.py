@@ -1,0 +1,30 @@
+"""``python delayed_gpulens.py DELAY_S ARGS...``: say ready; DELAY_S after a line on stdin: ``gpulens ARGS``.
+
+Everything is imported before the line comes, so that the delays a test chooses are the
+delays between the producers, not the time their interpreters take to start on a busy machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import producers.publishing
+import producers.replay.alibaba_v2023
+import producers.replay.genai_duty
+import producers.replay.splitting
+import schemas.codec
+from gpulens.cli import main
+
+assert producers.publishing and producers.replay.alibaba_v2023 and producers.replay.genai_duty
+assert producers.replay.splitting and schemas.codec
+
+if __name__ == "__main__":
+    delay_s = float(sys.argv[1])
+    print("ready", flush=True)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the test reads no more
+    sys.stdin.readline()
+    time.sleep(delay_s)
+    sys.argv = ["gpulens", *sys.argv[2:]]
+    main()

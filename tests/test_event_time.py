@@ -1,0 +1,127 @@
+"""A cluster's event time from its sources' watermarks: barriers, liveness, the end, checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline.event_time import UNBOUNDED, EventClocks
+
+NODES, PODS = ("nodes", 0), ("pods", 0)
+TIMEOUT = 10.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def started(clock: Clock, *sources: str, lateness_ms: int = 0) -> EventClocks:
+    """Clocks of cluster ``c`` whose ``sources`` have spoken, past the start's wait."""
+    clocks = EventClocks(source_timeout_s=TIMEOUT, allowed_lateness_ms=lateness_ms, clock=clock)
+    for source in sources:
+        clocks.heard("c", source)
+    clock.now += TIMEOUT
+    for source in sources:
+        clocks.heard("c", source)
+    return clocks
+
+
+def vouch(clocks: EventClocks, source: str, at_ms: int, *, final: bool = False) -> None:
+    """A watermark read, the end offsets seen after it, and every partition fetched that far."""
+    clocks.watermark("c", source, at_ms, final=final)
+    clocks.barrier({NODES: 5, PODS: 7})
+    clocks.settle({NODES: 5, PODS: 7})
+
+
+def test_a_cluster_without_watermarks_has_no_event_time() -> None:
+    clocks = started(Clock(), "watcher")
+    assert clocks.time("c") is None
+    assert clocks.limit("c") is None
+
+
+def test_a_watermark_waits_until_every_partition_is_fetched_to_the_ends_seen_after_it() -> None:
+    clocks = started(Clock(), "replay")
+    clocks.watermark("c", "replay", 1_000, final=False)
+    assert clocks.wants_barrier
+    clocks.settle({NODES: 100, PODS: 100})
+    assert clocks.limit("c") < 0, "no barrier yet: records acknowledged before it may be unfetched"
+    clocks.barrier({NODES: 5, PODS: 7})
+    assert not clocks.wants_barrier
+    clocks.settle({NODES: 5, PODS: 6})
+    assert clocks.limit("c") < 0, "pods is not fetched up to its end offset yet"
+    clocks.settle({NODES: 5, PODS: 7})
+    assert clocks.limit("c") == 1_000
+
+
+def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> None:
+    clocks = started(Clock(), "nodes", "pods", lateness_ms=200)
+    vouch(clocks, "nodes", 5_000)
+    assert clocks.limit("c") < 0, "pods has said nothing of its progress: it holds everything"
+    vouch(clocks, "pods", 3_000)
+    assert clocks.time("c") == 3_000
+    assert clocks.limit("c") == 2_800
+
+
+def test_a_silent_source_stops_holding_the_cluster_back_and_counts_again_when_heard() -> None:
+    clock = Clock()
+    clocks = started(clock, "nodes", "pods")
+    vouch(clocks, "nodes", 5_000)
+    vouch(clocks, "pods", 3_000)
+    clock.now += TIMEOUT - 1
+    vouch(clocks, "nodes", 6_000)
+    assert clocks.time("c") == 3_000
+    clock.now += 1
+    assert clocks.time("c") == 6_000, "pods has been silent for the timeout"
+    clocks.heard("c", "pods")
+    assert clocks.time("c") == 3_000
+
+
+def test_a_new_cluster_waits_for_its_sources_to_speak() -> None:
+    clock = Clock()
+    clocks = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
+    clocks.heard("c", "nodes")
+    vouch(clocks, "nodes", 5_000, final=True)
+    assert clocks.limit("c") < 0, "another source may not have spoken yet"
+    clock.now += 4
+    clocks.heard("c", "pods")
+    clock.now += 6
+    assert clocks.limit("c") < 0, "pods is live and has sent no watermark"
+    vouch(clocks, "pods", 2_000)
+    assert clocks.time("c") == 2_000, "a source that sent its final watermark holds nothing back"
+    assert not clocks.ended("c")
+
+
+def test_a_cluster_ends_when_every_source_sent_its_final_watermark() -> None:
+    clocks = started(Clock(), "nodes", "pods")
+    vouch(clocks, "nodes", 5_000, final=True)
+    vouch(clocks, "pods", 4_000, final=True)
+    assert clocks.ended("c")
+    assert clocks.limit("c") == UNBOUNDED
+    clocks.heard("c", "pods")
+    assert not clocks.ended("c"), "a source publishing again after its end is live again"
+
+
+def test_released_instants_and_watermarks_survive_a_checkpoint_and_wait_for_a_new_barrier() -> None:
+    clock = Clock()
+    clocks = started(clock, "nodes", "pods")
+    vouch(clocks, "nodes", 5_000)
+    vouch(clocks, "pods", 4_000, final=True)
+    clocks.watermark("c", "nodes", 9_000, final=False)  # no barrier yet: read again after a restart
+    clocks.released("c", 3_500)
+    saved = {key: json.loads(json.dumps(clocks.dump(key))) for key in clocks.changed()}
+
+    restored = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
+    for key, value in saved.items():
+        restored.load(key, value)
+    assert restored.released_ms("c") == 3_500
+    clock.now += TIMEOUT
+    restored.heard("c", "nodes")
+    assert restored.limit("c") < 0, "restored watermarks vouch for records that are fetched again"
+    assert restored.wants_barrier
+    restored.barrier({NODES: 5, PODS: 7})
+    restored.settle({NODES: 5, PODS: 7})
+    assert restored.time("c") == 5_000
+    assert {k: restored.dump(k) for k in restored.live()} == {k: clocks.dump(k) for k in clocks.live()}
