@@ -19,6 +19,7 @@ from gpulens.commands_gateway import gateway
 from gpulens.commands_replay import replay
 from gpulens.commands_simulate import simulate
 from gpulens.commands_sink import db, sink
+from gpulens.commands_tables import tables
 from gpulens.commands_watch import watch
 from gpulens.commands_worker import worker
 from gpulens.main_job import EXAMPLES
@@ -389,6 +390,7 @@ cli.add_command(replay)
 cli.add_command(agent)
 cli.add_command(gateway)
 cli.add_command(worker)
+cli.add_command(tables)
 cli.add_command(watch)
 cli.add_command(sink)
 cli.add_command(db)
