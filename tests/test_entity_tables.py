@@ -308,11 +308,14 @@ class TablesApp:
         self.process.wait()
 
     def get(self, path: str) -> tuple[int, Any]:
+        """(HTTP status, JSON body); status 0 while nothing listens."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as err:
             return err.code, None
+        except urllib.error.URLError:  # not listening yet
+            return 0, None
 
 
 def decode_table(codec: AvroCodec, spec: TopicSpec, rows: Rows) -> dict[bytes, Any]:
@@ -417,3 +420,27 @@ def read_dlq(platform, cluster: str) -> Rows:
         if value is not None and f"{cluster}/".encode() in value:
             rows.append((partition, offset, b"", value))
     return rows
+
+
+def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its_devices(
+    platform, codec: AvroCodec, config_file: Path, unique: str, spawned, tmp_path: Path
+) -> None:
+    cluster = f"tables-views-{unique}"
+    events = scenario(cluster)
+    publish(platform, codec, events)
+    app = TablesApp(config_file, spawned, f"tv-{unique}", tmp_path / "stores")
+    app.start()
+    wait_until(lambda: app.get(f"/workloads/{cluster}/deploy-1")[0] == 200, 120, "the workload view")
+    wait_until(lambda: app.get(f"/nodes/{cluster}/node-a")[1]["devices"] is not None, 60, "node-a's devices")
+
+    status, found = app.get(f"/pods/{cluster}/p1")
+    assert status == 200 and (found["uid"], found["phase"]) == ("p1", "Running")
+    status, found = app.get(f"/workloads/{cluster}/deploy-1")
+    assert found["workload"]["active_pods"] == 2 and found["pods"] == ["p1", "p4"]
+    assert [child["uid"] for child in found["children"]] == ["rs-1"]
+    assert found["children"][0]["parent_uid"] == "deploy-1"
+    status, found = app.get(f"/nodes/{cluster}/node-a")
+    assert found["node"]["node"] == "node-a"
+    assert [gpu["firmware_version"] for gpu in found["devices"]["gpus"]] == ["MEC 178", "MEC 178"]
+    for path in (f"/pods/{cluster}/nope", f"/workloads/{cluster}/nope", f"/nodes/{cluster}/node-c"):
+        assert app.get(path)[0] == 404, path
