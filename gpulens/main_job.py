@@ -19,9 +19,19 @@ import click
 from gpulens.config import GPULensSettings
 from infra.launching import ServiceManager, ServiceSpec, State
 
-WORKER, SINK, EXPORTER, WATCHER, SUPERVISOR = "worker", "sink", "exporter", "watcher", "supervisor"
-PIPELINE = (WORKER, SINK, EXPORTER, WATCHER)
+WORKER, TABLES, SINK, EXPORTER, WATCHER, SUPERVISOR = (
+    "worker",
+    "tables",
+    "sink",
+    "exporter",
+    "watcher",
+    "supervisor",
+)
+PIPELINE = (WORKER, TABLES, SINK, EXPORTER, WATCHER)
 """Started (by the supervisor) after the platform, stopped before it."""
+
+WORKER_PROCESSORS = "allocation,workloads,alerts"
+"""The worker's share: the state topics and the device changelog are `gpulens tables`'."""
 
 DEMO_WINDOW_S = 3600
 """The traces span months: hourly windows keep the demo's tables readable."""
@@ -38,7 +48,19 @@ def pipeline_specs(
     """The pipeline's long-running processes, as the supervisor runs them (in this order)."""
     python = _python(config_file)
     specs = {
-        WORKER: ServiceSpec(WORKER, [*python, "worker", "--window", str(DEMO_WINDOW_S), "--no-nodes"]),
+        WORKER: ServiceSpec(
+            WORKER,
+            [
+                *python,
+                "worker",
+                "--window",
+                str(DEMO_WINDOW_S),
+                "--no-nodes",
+                "--processors",
+                WORKER_PROCESSORS,
+            ],
+        ),
+        TABLES: ServiceSpec(TABLES, [*python, "tables"]),
         SINK: ServiceSpec(SINK, [*python, "sink"]),
         EXPORTER: ServiceSpec(
             EXPORTER,
