@@ -431,7 +431,11 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
     app = TablesApp(config_file, spawned, f"tv-{unique}", tmp_path / "stores")
     app.start()
     wait_until(lambda: app.get(f"/workloads/{cluster}/deploy-1")[0] == 200, 120, "the workload view")
-    wait_until(lambda: app.get(f"/nodes/{cluster}/node-a")[1]["devices"] is not None, 60, "node-a's devices")
+    wait_until(
+        lambda: (app.get(f"/nodes/{cluster}/node-a")[1] or {}).get("devices") is not None,
+        60,
+        "node-a's devices",
+    )
 
     status, found = app.get(f"/pods/{cluster}/p1")
     assert status == 200 and (found["uid"], found["phase"]) == ("p1", "Running")
