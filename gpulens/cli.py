@@ -19,6 +19,7 @@ from gpulens.commands_gateway import gateway
 from gpulens.commands_replay import replay
 from gpulens.commands_simulate import simulate
 from gpulens.commands_sink import db, sink
+from gpulens.commands_tables import tables
 from gpulens.commands_watch import watch
 from gpulens.commands_worker import worker
 from gpulens.main_job import EXAMPLES
@@ -259,7 +260,7 @@ def up(context: Context, with_replay: bool | None, foreground: bool) -> None:
     \b
     1. the embedded platform: Kafka broker, schema registry, ClickHouse engine + HTTP SQL
     2. topics, a smoke check of every record type, the ClickHouse tables
-    3. the pipeline: worker, sink, exporter, kept running by a supervisor (a process that
+    3. the pipeline: worker, tables, sink, exporter, kept running by a supervisor (a process that
        exits is restarted and the restart shown by `gpulens status`)
     4. data: the Kubernetes watchers when a kubeconfig or in-cluster account is there,
        otherwise the Alibaba GPU-cluster trace and the GenAI duty cycles, replayed
@@ -356,7 +357,7 @@ def status(context: Context) -> None:
 @click.option("--watch", is_flag=True, help="Also run `gpulens watch` (a Kubernetes cluster is reachable).")
 @pass_context
 def supervise(context: Context, watch: bool) -> None:
-    """Run the pipeline's processes (worker, sink, exporter) and restart any that exits.
+    """Run the pipeline's processes (worker, tables, sink, exporter) and restart any that exits.
 
     `gpulens up` starts this in the background; `gpulens down` stops it, and it stops the
     processes it runs (each writes what it buffers first). Restarts are logged and shown
@@ -389,6 +390,7 @@ cli.add_command(replay)
 cli.add_command(agent)
 cli.add_command(gateway)
 cli.add_command(worker)
+cli.add_command(tables)
 cli.add_command(watch)
 cli.add_command(sink)
 cli.add_command(db)

@@ -1,1 +1,3 @@
-"""Stream processors: tables, changelogs, windowed aggregations and alerts (faust-streaming)."""
+"""Stream processors: the transactional worker on confluent-kafka (windowed aggregations,
+alerts, device changelog, state rows) and the faust-streaming entity tables app
+(`entity_tables`: tables whose changelogs are the public state topics and the device changelog)."""

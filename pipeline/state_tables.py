@@ -6,14 +6,15 @@ topic from the beginning gives the cluster as it is now and stays bounded by its
 
 Workloads are built from both sides: what the watcher reports about the workload (kind, name,
 parent, deletion) and its pods (a pod counts toward every owner in its chain), so a workload
-whose controller the watcher does not know still has its pods counted.
-
-State is checkpointed per workload: ``["workload", cluster, uid]``.
+whose controller the watcher does not know still has its pods counted. The per-workload state
+lives in a mapping the caller may supply (the worker: a dict; `gpulens tables`: a faust table),
+and every change is written back to it, so a mapping that persists on assignment persists it.
+In the worker that state is checkpointed per workload: ``["workload", cluster, uid]``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,13 +56,18 @@ class Tombstone:
 
 
 @dataclass(slots=True)
-class _Pod:
+class ActivePod:
+    """What a workload counts of one of its active pods."""
+
     gpu_amount: float
     holds_gpus: bool
 
 
 @dataclass(slots=True)
-class _Workload:
+class Workload:
+    """One workload as the tables know it: more than its public WorkloadState (the watcher's
+    reported status, which pods are active)."""
+
     uid: str
     namespace: str
     name: str
@@ -72,72 +78,87 @@ class _Workload:
     last_seen: int = 0
     reported: WorkloadStatus | None = None
     """The watcher's status, when it reported the workload."""
-    pods: dict[str, _Pod] = field(default_factory=dict)
+    pods: dict[str, ActivePod] = field(default_factory=dict)
     """Its active pods."""
+
+
+WorkloadStore = MutableMapping[tuple[str, str], Workload]
+"""Workloads by (cluster, uid)."""
+
+
+def entity_rows(event: Event) -> list[Record | Tombstone]:
+    """The rows ``event`` causes on the entity topics (all but workloads): its own newest
+    state, then a tombstone if it is gone (a deleted node takes its inventory with it)."""
+    if isinstance(event, PodEvent):
+        return [event, *_tombstone(STATE_PODS, event)]
+    if isinstance(event, NodeEvent):
+        rows: list[Record | Tombstone] = [event, *_tombstone(STATE_NODES, event)]
+        if event.type == ChangeType.DELETED:
+            rows.append(Tombstone(STATE_INVENTORY, entity_key(event.cluster, event.node)))
+        return rows
+    if isinstance(event, DeviceInventory):
+        return [event]
+    if isinstance(event, ContainerEvent):
+        return [event, *_tombstone(STATE_CONTAINERS, event)]
+    return []
+
+
+def _tombstone(topic: TopicSpec, event: PodEvent | NodeEvent | ContainerEvent) -> list[Tombstone]:
+    return [Tombstone(topic, record_key(topic, event))] if event.type == ChangeType.DELETED else []
 
 
 class StateTables:
     """Turns entity events into state rows and tombstones, per cluster."""
 
-    def __init__(self) -> None:
-        self._workloads: dict[tuple[str, str], _Workload] = {}
+    def __init__(self, workloads: WorkloadStore | None = None) -> None:
+        self._workloads: WorkloadStore = {} if workloads is None else workloads
         self._changed: set[StateKey] = set()
 
     def process(self, event: Event) -> list[Record | Tombstone]:
         """The state rows (and tombstones) ``event`` causes."""
-        if isinstance(event, PodEvent):
-            return [event, *self._tombstone(STATE_PODS, event), *self._pod(event)]
         if isinstance(event, WorkloadEvent):
-            return self._workload_event(event)
-        if isinstance(event, NodeEvent):
-            rows: list[Record | Tombstone] = [event, *self._tombstone(STATE_NODES, event)]
-            if event.type == ChangeType.DELETED:  # its inventory goes with it
-                rows.append(Tombstone(STATE_INVENTORY, entity_key(event.cluster, event.node)))
-            return rows
-        if isinstance(event, DeviceInventory):
-            return [event]
-        if isinstance(event, ContainerEvent):
-            return [event, *self._tombstone(STATE_CONTAINERS, event)]
-        return []
-
-    @staticmethod
-    def _tombstone(topic: TopicSpec, event: PodEvent | NodeEvent | ContainerEvent) -> list[Tombstone]:
-        return [Tombstone(topic, record_key(topic, event))] if event.type == ChangeType.DELETED else []
-
-    def _pod(self, pod: PodEvent) -> list[Record | Tombstone]:
-        at = to_ms(pod.event_time)
-        active = pod.type != ChangeType.DELETED and pod.phase in ACTIVE_PHASES
-        rows: list[Record | Tombstone] = []
-        chain = pod.owners
-        top = chain[-1].uid if chain else None
-        for depth, owner in enumerate(chain):
-            parent = chain[depth + 1].uid if depth + 1 < len(chain) else None
-            workload = self._workloads.get((pod.cluster, owner.uid))
-            if workload is None:
-                workload = _Workload(
-                    owner.uid, pod.namespace, owner.name, owner.kind, parent, top or owner.uid, first_seen=at
-                )
-                self._workloads[(pod.cluster, owner.uid)] = workload
-            if active:
-                workload.pods[pod.uid] = _Pod(pod.gpu_amount, pod.holds_gpus)
-            else:
-                workload.pods.pop(pod.uid, None)
-            workload.last_seen = max(workload.last_seen, at)
-            self._changed.add(("workload", pod.cluster, owner.uid))
-            rows.append(self._state(pod.cluster, workload, pod.event_id, deleted=False))
+            return self.workload_event(event)
+        rows = entity_rows(event)
+        if isinstance(event, PodEvent):
+            rows += [self.pod_in_workload(event, depth) for depth in range(len(event.owners))]
         return rows
 
-    def _workload_event(self, event: WorkloadEvent) -> list[Record | Tombstone]:
+    def pod_in_workload(self, pod: PodEvent, depth: int) -> WorkloadState:
+        """The new state of the owner at ``depth`` of ``pod``'s chain after ``pod``."""
+        at = to_ms(pod.event_time)
+        active = pod.type != ChangeType.DELETED and pod.phase in ACTIVE_PHASES
+        chain = pod.owners
+        owner = chain[depth]
+        parent = chain[depth + 1].uid if depth + 1 < len(chain) else None
+        key = (pod.cluster, owner.uid)
+        workload = self._workloads.get(key)
+        if workload is None:
+            workload = Workload(
+                owner.uid, pod.namespace, owner.name, owner.kind, parent, chain[-1].uid, first_seen=at
+            )
+        if active:
+            workload.pods[pod.uid] = ActivePod(pod.gpu_amount, pod.holds_gpus)
+        else:
+            workload.pods.pop(pod.uid, None)
+        workload.first_seen = min(workload.first_seen, at)
+        workload.last_seen = max(workload.last_seen, at)
+        self._workloads[key] = workload
+        self._changed.add(("workload", *key))
+        return self._state(pod.cluster, workload, pod.event_id, deleted=False)
+
+    def workload_event(self, event: WorkloadEvent) -> list[Record | Tombstone]:
+        """The workload's new state, and its tombstone when it is gone."""
         at = to_ms(event.event_time)
         key = (event.cluster, event.uid)
         workload = self._workloads.get(key)
         if workload is None:
-            workload = self._workloads[key] = _Workload(
+            workload = Workload(
                 event.uid, event.namespace, event.name, event.kind, event.parent_uid, event.uid, first_seen=at
             )
         workload.namespace, workload.name, workload.kind = event.namespace, event.name, event.kind
         workload.parent_uid = event.parent_uid
         workload.reported = event.status
+        workload.first_seen = min(workload.first_seen, at)
         workload.last_seen = max(workload.last_seen, at)
         self._changed.add(("workload", *key))
         deleted = event.type == ChangeType.DELETED or event.status == WorkloadStatus.DELETED
@@ -145,12 +166,14 @@ class StateTables:
             self._state(event.cluster, workload, event.event_id, deleted=deleted)
         ]
         if deleted:
-            del self._workloads[key]
+            self._workloads.pop(key, None)
             rows.append(Tombstone(STATE_WORKLOADS, entity_key(event.cluster, event.uid)))
+        else:
+            self._workloads[key] = workload
         return rows
 
     @staticmethod
-    def _state(cluster: str, workload: _Workload, cause: str, *, deleted: bool) -> WorkloadState:
+    def _state(cluster: str, workload: Workload, cause: str, *, deleted: bool) -> WorkloadState:
         pods = workload.pods.values()
         if deleted:
             status = WorkloadStatus.DELETED
@@ -201,8 +224,8 @@ class StateTables:
 
     def load(self, key: StateKey, value: Any) -> None:
         *fields, reported, pods = value
-        self._workloads[(key[1], key[2])] = _Workload(
+        self._workloads[(key[1], key[2])] = Workload(
             *fields,
             reported=None if reported is None else WorkloadStatus(reported),
-            pods={uid: _Pod(*pod) for uid, pod in pods.items()},
+            pods={uid: ActivePod(*pod) for uid, pod in pods.items()},
         )

@@ -1,0 +1,493 @@
+"""`gpulens tables` (faust): the state topics hold what an independent fold of the published
+events says, bad records go to the DLQ, a kill -9 loses and repeats nothing, and the HTTP views
+answer for one pod, workload and node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from gpulens.config import GPULensSettings
+from gpulens.platform import private_platform
+from producers.publishing import EventPublisher
+from schemas.codec import AvroCodec
+from schemas.examples import example_events
+from schemas.models import (
+    ChangeType,
+    ContainerEvent,
+    DeadLetter,
+    DeviceChange,
+    DeviceInventory,
+    Event,
+    NodeEvent,
+    OwnerReference,
+    PodEvent,
+    WorkloadEvent,
+    WorkloadState,
+    WorkloadStatus,
+)
+from schemas.topic_admin import create_topics
+from schemas.topics import (
+    CONTAINERS,
+    DEVICE_CHANGELOG,
+    DEVICE_INVENTORY,
+    DLQ,
+    NODES,
+    PODS,
+    STATE_CONTAINERS,
+    STATE_INVENTORY,
+    STATE_NODES,
+    STATE_PODS,
+    STATE_WORKLOADS,
+    WORKLOADS,
+    TopicSpec,
+)
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+DEPLOYMENT = OwnerReference(kind="Deployment", api_version="apps/v1", name="serve", uid="deploy-1")
+REPLICASET = OwnerReference(kind="ReplicaSet", api_version="apps/v1", name="serve-7f9", uid="rs-1")
+JOB = OwnerReference(kind="Job", api_version="batch/v1", name="train", uid="job-9")
+ACTIVE = {"Pending", "Running"}
+
+Rows = list[tuple[int, int, bytes, bytes | None]]
+"""(partition, offset, key, value) of one cluster on one topic."""
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+def at(second: int) -> datetime:
+    return T0 + timedelta(seconds=second)
+
+
+def pod(
+    cluster: str,
+    uid: str,
+    phase: str,
+    second: int,
+    owners: list[OwnerReference],
+    change: ChangeType = ChangeType.MODIFIED,
+) -> PodEvent:
+    template = example_events(cluster, at=T0)[PODS]
+    assert isinstance(template, PodEvent)
+    return template.model_copy(
+        update={
+            "event_id": f"{uid}-{second}-{phase}-{change.value}",
+            "event_time": at(second),
+            "uid": uid,
+            "name": uid,
+            "phase": phase,
+            "type": change,
+            "node": "node-a" if phase != "Pending" else None,
+            "gpu_amount": 2.0,
+            "owners": owners,
+        }
+    )
+
+
+def node(cluster: str, name: str, second: int, change: ChangeType) -> NodeEvent:
+    template = example_events(cluster, at=T0)[NODES]
+    assert isinstance(template, NodeEvent)
+    return template.model_copy(
+        update={"event_id": f"{name}-{second}", "event_time": at(second), "node": name, "type": change}
+    )
+
+
+def inventory(cluster: str, name: str, second: int, firmware: str) -> DeviceInventory:
+    template = example_events(cluster, at=T0)[DEVICE_INVENTORY]
+    assert isinstance(template, DeviceInventory)
+    gpus = [gpu.model_copy(update={"firmware_version": firmware}) for gpu in template.gpus]
+    return template.model_copy(
+        update={"event_id": f"inv-{name}-{second}", "event_time": at(second), "node": name, "gpus": gpus}
+    )
+
+
+def container(cluster: str, name: str, second: int, change: ChangeType) -> ContainerEvent:
+    template = example_events(cluster, at=T0)[CONTAINERS]
+    assert isinstance(template, ContainerEvent)
+    return template.model_copy(
+        update={
+            "event_id": f"c-{name}-{second}",
+            "event_time": at(second),
+            "container_name": name,
+            "type": change,
+        }
+    )
+
+
+def workload(
+    cluster: str, uid: str, second: int, change: ChangeType, status: WorkloadStatus
+) -> WorkloadEvent:
+    template = example_events(cluster, at=T0)[WORKLOADS]
+    assert isinstance(template, WorkloadEvent)
+    return template.model_copy(
+        update={
+            "event_id": f"w-{uid}-{second}",
+            "event_time": at(second),
+            "uid": uid,
+            "name": uid,
+            "kind": "Job" if uid == "job-9" else "Deployment",
+            "type": change,
+            "status": status,
+        }
+    )
+
+
+def scenario(cluster: str) -> list[tuple[TopicSpec, Event]]:
+    """Every kind of change; a workload event and the pods of that workload may be applied in
+    either order (different topics), and the expectation holds for both."""
+    chain = [REPLICASET, DEPLOYMENT]
+    return [
+        (NODES, node(cluster, "node-a", 1, ChangeType.ADDED)),
+        (NODES, node(cluster, "node-b", 1, ChangeType.ADDED)),
+        (NODES, node(cluster, "node-b", 2, ChangeType.MODIFIED)),
+        (NODES, node(cluster, "node-c", 1, ChangeType.ADDED)),
+        (NODES, node(cluster, "node-c", 3, ChangeType.DELETED)),
+        (DEVICE_INVENTORY, inventory(cluster, "node-a", 1, "MEC 177")),
+        (DEVICE_INVENTORY, inventory(cluster, "node-a", 5, "MEC 178")),
+        (DEVICE_INVENTORY, inventory(cluster, "node-b", 1, "MEC 177")),
+        (CONTAINERS, container(cluster, "main", 1, ChangeType.ADDED)),
+        (CONTAINERS, container(cluster, "side", 1, ChangeType.ADDED)),
+        (CONTAINERS, container(cluster, "side", 4, ChangeType.DELETED)),
+        (WORKLOADS, workload(cluster, "deploy-1", 0, ChangeType.ADDED, WorkloadStatus.RUNNING)),
+        (WORKLOADS, workload(cluster, "job-9", 0, ChangeType.ADDED, WorkloadStatus.RUNNING)),
+        (WORKLOADS, workload(cluster, "job-9", 9, ChangeType.MODIFIED, WorkloadStatus.FAILED)),
+        (WORKLOADS, workload(cluster, "gone-1", 2, ChangeType.ADDED, WorkloadStatus.RUNNING)),
+        (WORKLOADS, workload(cluster, "gone-1", 6, ChangeType.DELETED, WorkloadStatus.DELETED)),
+        (PODS, pod(cluster, "p1", "Pending", 1, chain)),
+        (PODS, pod(cluster, "p1", "Running", 2, chain)),
+        (PODS, pod(cluster, "p2", "Running", 2, chain)),
+        (PODS, pod(cluster, "p2", "Succeeded", 7, chain)),
+        (PODS, pod(cluster, "p3", "Running", 3, chain)),
+        (PODS, pod(cluster, "p3", "Running", 8, chain, ChangeType.DELETED)),
+        (PODS, pod(cluster, "p4", "Pending", 4, chain)),
+        (PODS, pod(cluster, "p5", "Running", 3, [JOB])),
+        (PODS, pod(cluster, "p5", "Failed", 8, [JOB])),
+    ]
+
+
+def publish(platform, codec: AvroCodec, events: Iterable[tuple[TopicSpec, Event]]) -> None:
+    publisher = EventPublisher(platform.kafka, codec)
+    for topic, event in events:
+        publisher.publish(topic, event)
+    publisher.flush()
+
+
+# --- the independent expectation ---------------------------------------------------------------
+
+
+def newest(events: Iterable[Event], key: Callable[[Any], str]) -> dict[str, Any]:
+    """The last event per key, None where it was deleted."""
+    last: dict[str, Any] = {}
+    for event in events:
+        last[key(event)] = None if getattr(event, "type", None) == ChangeType.DELETED else event
+    return last
+
+
+def expected_workloads(events: list[Event]) -> dict[str, dict[str, Any] | None]:
+    """Per workload uid: the fields of its final state (None: deleted), folded by hand."""
+    pods = [e for e in events if isinstance(e, PodEvent)]
+    reported = [e for e in events if isinstance(e, WorkloadEvent)]
+    final_pods = newest(pods, lambda p: p.uid)
+    out: dict[str, dict[str, Any] | None] = {}
+    uids = {o.uid for p in pods for o in p.owners} | {w.uid for w in reported}
+    for uid in uids:
+        mine = [p for p in pods if uid in {o.uid for o in p.owners}]
+        told = [w for w in reported if w.uid == uid]
+        if told and told[-1].type == ChangeType.DELETED:
+            out[uid] = None
+            continue
+        active = [p for p in (final_pods[p.uid] for p in mine) if p is not None and p.phase in ACTIVE]
+        active = list({p.uid: p for p in active}.values())
+        times = [e.event_time for e in [*mine, *told]]
+        chain = mine[0].owners if mine else []
+        depth = [o.uid for o in chain].index(uid) if mine else 0
+        if active:
+            status = WorkloadStatus.RUNNING
+        elif told and told[-1].status == WorkloadStatus.FAILED:
+            status = WorkloadStatus.FAILED
+        else:
+            status = WorkloadStatus.DONE
+        out[uid] = {
+            "parent_uid": chain[depth + 1].uid if depth + 1 < len(chain) else None,
+            "top_uid": chain[-1].uid if chain else uid,
+            "gpu_request": sum(p.gpu_amount for p in active),
+            "gpus_held": sum(p.gpu_amount for p in active if p.phase == "Running"),
+            "active_pods": len(active),
+            "status": status,
+            "first_seen": min(times),
+            "last_seen": max(times),
+        }
+    return out
+
+
+# --- reading the topics back --------------------------------------------------------------------
+
+
+def read(platform, topic: TopicSpec, cluster: str, *, prefix: bytes | None = None) -> Rows:
+    """Every committed record of ``cluster`` on ``topic`` (key ``cluster/...``, or ``prefix``...)."""
+    prefix = prefix or f"{cluster}/".encode()
+    consumer = Consumer(
+        platform.kafka.librdkafka(
+            **{
+                "group.id": f"read-{cluster}",
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    count = topic.partitions
+    consumer.assign([TopicPartition(topic.name, p, 0) for p in range(count)])
+    ends: set[int] = set()
+    out: Rows = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(ends) < count and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    ends.add(message.partition())
+                elif error is None and (message.key() or b"").startswith(prefix):
+                    out.append((message.partition(), message.offset(), message.key() or b"", message.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def table(rows: Rows) -> dict[bytes, bytes | None]:
+    """The newest value per key (None: tombstoned), as a compacted topic's reader ends up with."""
+    return {key: value for _, _, key, value in sorted(rows)}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+# --- the process ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class TablesApp:
+    """`gpulens tables` as a subprocess, its stores in ``data_dir``."""
+
+    def __init__(self, config_file: Path, spawned: list, group: str, data_dir: Path) -> None:
+        self.port = free_port()
+        self.command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "tables"]
+        self.command += ["--group", group, "--data-dir", str(data_dir), "--web-port", str(self.port)]
+        self.log = config_file.parent / f"tables-{group}.log"
+        self._spawned = spawned
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=log)
+        self._spawned.append(self.process)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        """Stop it cleanly: a killed app leaves its transaction open on the shared state topics,
+        and read_committed readers of later tests then wait for the broker to time it out."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def get(self, path: str) -> tuple[int, Any]:
+        """(HTTP status, JSON body); status 0 while nothing listens."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, None
+        except urllib.error.URLError:  # not listening yet
+            return 0, None
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GPULensSettings]:
+    """A platform of this module's own: faust's transactions on the shared state topics must
+    not hold back (last stable offset) the readers of other tests' rows on those topics."""
+    with private_platform(tmp_path_factory.mktemp("tables-platform")) as settings:
+        create_topics(settings.kafka)
+        yield settings
+
+
+@pytest.fixture(scope="module")
+def config_file(platform: GPULensSettings) -> Path:
+    return platform.platform.state_dir.parent / "gpulens.toml"
+
+
+@pytest.fixture
+def tables_app(config_file: Path, spawned, tmp_path: Path):
+    """Makes `gpulens tables` apps; each is stopped cleanly at the end of the test."""
+    apps: list[TablesApp] = []
+
+    def make(group: str) -> TablesApp:
+        apps.append(TablesApp(config_file, spawned, group, tmp_path / "stores"))
+        return apps[-1]
+
+    yield make
+    for app in apps:
+        app.stop()
+
+
+def decode_table(codec: AvroCodec, spec: TopicSpec, rows: Rows) -> dict[bytes, Any]:
+    return {key: None if value is None else codec.decode(spec, value) for key, value in table(rows).items()}
+
+
+def test_state_topics_equal_an_independent_fold_of_the_events(
+    platform, codec: AvroCodec, unique: str, tables_app
+) -> None:
+    cluster = f"tables-{unique}"
+    events = scenario(cluster)
+    publish(platform, codec, events)
+    garbage = Producer(platform.kafka.librdkafka())
+    garbage.produce(PODS.name, key=f"{cluster}/garbage".encode(), value=b"\x00\x00\x00\x00\x01not avro")
+    garbage.flush()
+    app = tables_app(f"t-{unique}")
+    app.start()
+
+    plain = [event for _, event in events]
+    want_workloads = expected_workloads(plain)
+    pods = [e for e in plain if isinstance(e, PodEvent)]
+    pod_rows = len(pods) + sum(p.type == ChangeType.DELETED for p in pods)
+    wait_until(
+        lambda: (
+            len(table(read(platform, STATE_WORKLOADS, cluster))) == len(want_workloads)
+            and len(read(platform, STATE_PODS, cluster)) == pod_rows
+        ),
+        120,
+        "every workload and pod state",
+    )
+
+    def check_entities(node_events: list[NodeEvent]) -> None:
+        cases: list[tuple[TopicSpec, TopicSpec, Callable[[Any], str]]] = [
+            (STATE_PODS, PODS, lambda e: e.uid),
+            (STATE_NODES, NODES, lambda e: e.node),
+            (STATE_CONTAINERS, CONTAINERS, lambda e: e.container_key),
+        ]
+        for state, source, key in cases:
+            want = newest((e for t, e in [*events, *((NODES, n) for n in node_events)] if t is source), key)
+            got = decode_table(codec, state, read(platform, state, cluster))
+            assert got == {f"{cluster}/{k}".encode(): v for k, v in want.items()}, state.name
+        inventories = newest((e for t, e in events if t is DEVICE_INVENTORY), lambda e: e.node)
+        gone = {
+            n.node
+            for n in [*plain, *node_events]
+            if isinstance(n, NodeEvent) and n.type == ChangeType.DELETED
+        }
+        got = decode_table(codec, STATE_INVENTORY, read(platform, STATE_INVENTORY, cluster))
+        assert {k: v for k, v in got.items() if v is not None} == {
+            f"{cluster}/{k}".encode(): v for k, v in inventories.items() if k not in gone
+        }
+
+    wait_until(lambda: len(table(read(platform, STATE_NODES, cluster))) == 3, 60, "the nodes")
+    check_entities([])
+
+    got = decode_table(codec, STATE_WORKLOADS, read(platform, STATE_WORKLOADS, cluster))
+    for uid, want in want_workloads.items():
+        state = got[f"{cluster}/{uid}".encode()]
+        if want is None:
+            assert state is None, f"{uid} tombstoned"
+            continue
+        assert isinstance(state, WorkloadState)
+        assert {name: getattr(state, name) for name in want} == want, uid
+    assert got[f"{cluster}/job-9".encode()].status == WorkloadStatus.FAILED
+    assert got[f"{cluster}/deploy-1".encode()].status == WorkloadStatus.RUNNING
+
+    changes = [
+        codec.decode(DEVICE_CHANGELOG, v or b"") for *_, v in read(platform, DEVICE_CHANGELOG, cluster)
+    ]
+    assert all(isinstance(c, DeviceChange) for c in changes)
+    by_node = Counter((c.node, c.change) for c in changes)
+    first = inventory(cluster, "node-a", 1, "x")
+    devices = len(first.gpus) + len(first.rdma_devices)
+    assert by_node == {
+        ("node-a", ChangeType.ADDED): devices,
+        ("node-a", ChangeType.MODIFIED): len(first.gpus),
+        ("node-b", ChangeType.ADDED): devices,
+    }
+    assert {tuple(c.changed) for c in changes if c.change == ChangeType.MODIFIED} == {("firmware_version",)}
+
+    letters = [codec.decode(DLQ, v or b"") for *_, v in read_dlq(platform, cluster)]
+    assert len(letters) == 1 and isinstance(letters[0], DeadLetter)
+    assert letters[0].source_topic == PODS.name and letters[0].reason
+
+    # Live: a node deleted now takes its state and its inventory with it.
+    deleted = node(cluster, "node-a", 20, ChangeType.DELETED)
+    publish(platform, codec, [(NODES, deleted)])
+    wait_until(
+        lambda: (
+            table(read(platform, STATE_INVENTORY, cluster)).get(f"{cluster}/node-a".encode(), b"") is None
+        ),
+        60,
+        "node-a's inventory tombstone",
+    )
+    check_entities([deleted])
+
+
+def read_dlq(platform, cluster: str) -> Rows:
+    """Dead letters are keyed by source topic: find this cluster's by the key they carry."""
+    rows = []
+    for partition, offset, _key, value in read(platform, DLQ, cluster, prefix=PODS.name.encode()):
+        if value is not None and f"{cluster}/".encode() in value:
+            rows.append((partition, offset, b"", value))
+    return rows
+
+
+def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its_devices(
+    platform, codec: AvroCodec, unique: str, tables_app
+) -> None:
+    cluster = f"tables-views-{unique}"
+    events = scenario(cluster)
+    publish(platform, codec, events)
+    app = tables_app(f"tv-{unique}")
+    app.start()
+    wait_until(lambda: app.get(f"/workloads/{cluster}/deploy-1")[0] == 200, 120, "the workload view")
+    wait_until(
+        lambda: (app.get(f"/nodes/{cluster}/node-a")[1] or {}).get("devices") is not None,
+        60,
+        "node-a's devices",
+    )
+
+    status, found = app.get(f"/pods/{cluster}/p1")
+    assert status == 200 and (found["uid"], found["phase"]) == ("p1", "Running")
+    status, found = app.get(f"/workloads/{cluster}/deploy-1")
+    assert found["workload"]["active_pods"] == 2 and found["pods"] == ["p1", "p4"]
+    assert [child["uid"] for child in found["children"]] == ["rs-1"]
+    assert found["children"][0]["parent_uid"] == "deploy-1"
+    status, found = app.get(f"/nodes/{cluster}/node-a")
+    assert found["node"]["node"] == "node-a"
+    assert [gpu["firmware_version"] for gpu in found["devices"]["gpus"]] == ["MEC 178", "MEC 178"]
+    for path in (f"/pods/{cluster}/nope", f"/workloads/{cluster}/nope", f"/nodes/{cluster}/node-c"):
+        assert app.get(path)[0] == 404, path
