@@ -240,10 +240,12 @@ class DecodingConsumer:
             raise ConsumeError(f"cannot read positions and watermarks: {err}") from err
         return lag
 
-    def commit(self) -> None:
-        """Make dead letters durable, then commit everything polled so far."""
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Make dead letters durable, then commit everything polled so far; the offsets
+        committed (the next to read, per partition polled since the last commit): every
+        record before them is either handed out or in the DLQ."""
         if not self._positions:
-            return
+            return {}
         if self._dlq_producer.flush(30):
             raise ConsumeError("dead letters not acknowledged within 30 s; offsets not committed")
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
@@ -251,7 +253,8 @@ class DecodingConsumer:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
             raise ConsumeError(f"commit failed: {err}") from err
-        self._positions.clear()
+        committed, self._positions = self._positions, {}
+        return committed
 
     def close(self) -> None:
         """Leave the group (uncommitted records will be delivered again)."""
