@@ -181,6 +181,8 @@ class DecodingConsumer:
             self._consumer.subscribe([t.name for t in topics])
         else:
             self._consumer.assign(list(start))
+        self._start = {(tp.topic, tp.partition): tp.offset for tp in start or () if tp.offset >= 0}
+        """Explicit start offsets: a partition's position until its first record is fetched."""
         self._idle = IdlePartitions(self._consumer)
         self._dlq_producer = Producer(kafka.librdkafka(**{"acks": "all", "enable.idempotence": True}))
         self._dlq = DeadLetterPublisher(self._dlq_producer, codec, consumer=group_id)
@@ -229,12 +231,13 @@ class DecodingConsumer:
     def lag(self, timeout: float = 5.0) -> dict[str, int]:
         """Records not yet polled, per topic: high watermark minus position, summed over the
         assigned partitions (one broker round trip per partition: call it every few seconds,
-        not per poll). A partition not read yet counts from its low watermark."""
+        not per poll). A partition not read yet counts from its start offset, else from its low
+        watermark."""
         lag: dict[str, int] = {}
         try:
             for tp in self._consumer.position(self._consumer.assignment()):
                 low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-                position = tp.offset if tp.offset >= 0 else low
+                position = tp.offset if tp.offset >= 0 else self._start.get((tp.topic, tp.partition), low)
                 lag[tp.topic] = lag.get(tp.topic, 0) + max(high - position, 0)
         except KafkaException as err:
             raise ConsumeError(f"cannot read positions and watermarks: {err}") from err
