@@ -146,6 +146,8 @@ class Decoded:
     offset: int
     key: bytes | None
     record: Record
+    value: bytes = b""
+    """The bytes it was decoded from (its wire format)."""
 
 
 class DecodingConsumer:
@@ -210,6 +212,7 @@ class DecodingConsumer:
                         message.offset() or 0,
                         message.key(),
                         record,
+                        message.value() or b"",
                     )
                 )
             where = (message.topic() or "", message.partition() or 0)

@@ -6,9 +6,9 @@ and reads on from the offsets found there, instead of reading the topics from th
 
 Format (documented, language-neutral), as the worker's changelogs: key = the UTF-8 JSON array
 of the series key (see :mod:`consumers.prometheus.state`: ``["gpus", "cluster-a", "node-7"]``)
-or ``["offset", topic, partition]``; value = the row in the Confluent wire format of the
-exporter's topic of its type, or the next offset to read as ASCII digits; null when the series
-is gone.
+or ``["offset", topic, partition]``; value = the row in the Confluent wire format (the bytes
+it arrived as; its schema id names its writer schema), or the next offset to read as ASCII
+digits; null when the series is gone.
 
 No transaction: the state is the newest row per series, so applying a record again changes
 nothing, and at-least-once is enough. One idempotent producer writes a checkpoint's rows
@@ -98,7 +98,7 @@ class ExporterCheckpoint:
             except DecodeError as err:  # comes back with the series' next record
                 log.warning("state log %s: %s not restored: %s", self._log.topic, key, err)
                 continue
-            state.load(key, row)
+            state.load(key, row, value)
             series += 1
         return Restore(series, dict(self._offsets), restored.records_read, restored.seconds)
 
@@ -123,10 +123,11 @@ class ExporterCheckpoint:
         return written
 
     def _rows(self, state: LatestState, keys: Sequence[SeriesKey] | set[SeriesKey]) -> Entries:
-        """Encoded outside the state's lock: a scrape never waits for a checkpoint."""
+        """Rows as they arrived; one applied without its bytes is encoded, outside the state's
+        lock (a scrape never waits for a checkpoint)."""
         return [
-            (_key(key), None if row is None else self._codec.encode(self._specs[type(row)], row))
-            for key, row in state.rows(keys)
+            (_key(key), None if row is None else wire or self._codec.encode(self._specs[type(row)], row))
+            for key, row, wire in state.rows(keys)
         ]
 
     def close(self) -> None:

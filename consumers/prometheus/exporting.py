@@ -131,7 +131,7 @@ class Exporter:
         batch = consumer.poll(self._settings.poll_records, timeout)
         started = time.perf_counter()
         for item in batch:
-            self.state.apply(item.record)
+            self.state.apply(item.record, item.value)
         if batch:
             self._health.batch(batch, time.perf_counter() - started)
         now = time.monotonic()

@@ -5,9 +5,11 @@ row of an older window never hides a newer one. The consuming thread applies rec
 the HTTP thread takes snapshots, hence the lock; each hold is one record, one snapshot or one
 checkpoint's lookup, never a whole poll batch.
 
-Every series has a key, ``(kind, *labels)``, and the row that is its value; the state names
-the keys that changed since it was last asked, so that a checkpoint writes only those, and
-takes rows back by key at a restart (see :mod:`consumers.prometheus.checkpointing`):
+Every series has a key, ``(kind, *labels)``, and the row that is its value, kept with the
+bytes it arrived as (its wire format: a checkpoint writes them as they are, encoding a GPU
+sample batch again would cost about three times its decoding); the state names the keys that
+changed since it was last asked, so that a checkpoint writes only those, and takes rows back
+by key at a restart (see :mod:`consumers.prometheus.checkpointing`):
 
 - ``("cluster", cluster)``: the newest :class:`ClusterGpuAllocation`;
 - ``("node", cluster, node)``: the newest :class:`NodeGpuAllocation`;
@@ -87,40 +89,59 @@ class LatestState:
             "alert": self._open,
             "alert-name": self._alert_names,
         }
+        self._wire: dict[SeriesKey, bytes] = {}
+        """The bytes each row arrived as, where known."""
         self._changed: set[SeriesKey] = set()
 
-    def apply(self, record: Record) -> None:
-        """Take ``record`` into the state if it is newer than what its series holds."""
+    def apply(self, record: Record, wire: bytes | None = None) -> None:
+        """Take ``record`` (arrived as ``wire``) into the state if it is newer than what its
+        series holds."""
         with self._lock:
             match record:
                 case ClusterGpuAllocation():
-                    self._newer(self._clusters, ("cluster", record.cluster), record, _BY_WINDOW)
+                    self._newer(self._clusters, ("cluster", record.cluster), record, wire, _BY_WINDOW)
                 case NodeGpuAllocation():
-                    self._newer(self._nodes, ("node", record.cluster, record.node), record, _BY_WINDOW)
+                    self._newer(self._nodes, ("node", record.cluster, record.node), record, wire, _BY_WINDOW)
                 case WorkloadGpuUsage():
                     key = ("workload", record.cluster, record.workload_uid)
-                    self._newer(self._workloads, key, record, _BY_WINDOW)
+                    self._newer(self._workloads, key, record, wire, _BY_WINDOW)
                     self._workload_end(record)
                 case GpuSampleBatch():
-                    self._newer(self._gpus, ("gpus", record.cluster, record.node), record, _BY_EVENT_TIME)
+                    key = ("gpus", record.cluster, record.node)
+                    self._newer(self._gpus, key, record, wire, _BY_EVENT_TIME)
                 case Alert():
                     name = ("alert-name", record.cluster, record.alert)
                     entity = ("alert", record.cluster, record.alert, record.entity)
-                    self._alert_names[name] = record
-                    self._changed.add(name)
+                    self._take(self._alert_names, name, record, wire)
                     if record.state == AlertState.OPENED:
-                        self._open[entity] = record
-                        self._changed.add(entity)
-                    elif self._open.pop(entity, None) is not None:
-                        self._changed.add(entity)
+                        self._take(self._open, entity, record, wire)
+                    elif entity in self._open:
+                        self._drop(self._open, entity)
 
     def _newer(
-        self, table: dict[SeriesKey, Any], key: SeriesKey, row: Record, when: Callable[[Any], datetime]
+        self,
+        table: dict[SeriesKey, Any],
+        key: SeriesKey,
+        row: Record,
+        wire: bytes | None,
+        when: Callable[[Any], datetime],
     ) -> None:
         old = table.get(key)
         if old is None or when(row) >= when(old):
-            table[key] = row
-            self._changed.add(key)
+            self._take(table, key, row, wire)
+
+    def _take(self, table: dict[SeriesKey, Any], key: SeriesKey, row: Record, wire: bytes | None) -> None:
+        table[key] = row
+        if wire is None:
+            self._wire.pop(key, None)
+        else:
+            self._wire[key] = wire
+        self._changed.add(key)
+
+    def _drop(self, table: dict[SeriesKey, Any], key: SeriesKey) -> None:
+        del table[key]
+        self._wire.pop(key, None)
+        self._changed.add(key)
 
     def _workload_end(self, row: WorkloadGpuUsage) -> None:
         end = row.window_end.timestamp()
@@ -131,8 +152,7 @@ class LatestState:
         with self._lock:
             for key, row in list(self._workloads.items()):
                 if self._ended(row):
-                    del self._workloads[key]
-                    self._changed.add(key)
+                    self._drop(self._workloads, key)
             alerts_open = {(key[1], key[2]): 0 for key in self._alert_names}
             for key in self._open:
                 alerts_open[(key[1], key[2])] += 1
@@ -162,14 +182,15 @@ class LatestState:
         with self._lock:
             return [key for table in self._tables.values() for key in table]
 
-    def rows(self, keys: Iterable[SeriesKey]) -> list[tuple[SeriesKey, Record | None]]:
-        """The row of each key now (None: the series is gone)."""
+    def rows(self, keys: Iterable[SeriesKey]) -> list[tuple[SeriesKey, Record | None, bytes | None]]:
+        """The row of each key now (None: the series is gone) and the bytes it arrived as."""
         with self._lock:
-            return [(key, self._tables[key[0]].get(key)) for key in keys]
+            return [(key, self._tables[key[0]].get(key), self._wire.get(key)) for key in keys]
 
-    def load(self, key: SeriesKey, row: Record) -> None:
+    def load(self, key: SeriesKey, row: Record, wire: bytes) -> None:
         """Take a checkpointed row back as the value of ``key`` (not counted as a change)."""
         with self._lock:
             self._tables[key[0]][key] = row
+            self._wire[key] = wire
             if isinstance(row, WorkloadGpuUsage):
                 self._workload_end(row)
