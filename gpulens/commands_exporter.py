@@ -20,8 +20,10 @@ from gpulens.tuning import tune_for_throughput
 def exporter(context: Context, host: str | None, port: int | None, group_id: str | None) -> None:
     """Serve Prometheus /metrics from the allocation, workload, GPU sample and alert topics.
 
-    Reads them from the beginning at every start and keeps the newest window per series, so a
-    restarted exporter shows the current state at once; serves until SIGTERM/Ctrl-C. Metric
+    Keeps the newest window per series and checkpoints it to its state log
+    (gpulens.exporter.<group>.changelog). A start serves at once, restores the series from
+    there and reads on from the checkpointed offsets (GPU samples: their tail only), so a
+    restart never replays history; serves until SIGTERM/Ctrl-C. Metric
     names are Primus-Lens's (gpu_allocation_rate, consumer_pod_gpu_usage, gpu_utilization, ...),
     each with a cluster label, plus the exporter's own health (gpulens_exporter_*, lag, dead letters).
     """

@@ -146,6 +146,8 @@ class Decoded:
     offset: int
     key: bytes | None
     record: Record
+    value: bytes = b""
+    """The bytes it was decoded from (its wire format)."""
 
 
 class DecodingConsumer:
@@ -181,6 +183,8 @@ class DecodingConsumer:
             self._consumer.subscribe([t.name for t in topics])
         else:
             self._consumer.assign(list(start))
+        self._start = {(tp.topic, tp.partition): tp.offset for tp in start or () if tp.offset >= 0}
+        """Explicit start offsets: a partition's position until its first record is fetched."""
         self._idle = IdlePartitions(self._consumer)
         self._dlq_producer = Producer(kafka.librdkafka(**{"acks": "all", "enable.idempotence": True}))
         self._dlq = DeadLetterPublisher(self._dlq_producer, codec, consumer=group_id)
@@ -208,6 +212,7 @@ class DecodingConsumer:
                         message.offset() or 0,
                         message.key(),
                         record,
+                        message.value() or b"",
                     )
                 )
             where = (message.topic() or "", message.partition() or 0)
@@ -229,21 +234,24 @@ class DecodingConsumer:
     def lag(self, timeout: float = 5.0) -> dict[str, int]:
         """Records not yet polled, per topic: high watermark minus position, summed over the
         assigned partitions (one broker round trip per partition: call it every few seconds,
-        not per poll). A partition not read yet counts from its low watermark."""
+        not per poll). A partition not read yet counts from its start offset, else from its low
+        watermark."""
         lag: dict[str, int] = {}
         try:
             for tp in self._consumer.position(self._consumer.assignment()):
                 low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-                position = tp.offset if tp.offset >= 0 else low
+                position = tp.offset if tp.offset >= 0 else self._start.get((tp.topic, tp.partition), low)
                 lag[tp.topic] = lag.get(tp.topic, 0) + max(high - position, 0)
         except KafkaException as err:
             raise ConsumeError(f"cannot read positions and watermarks: {err}") from err
         return lag
 
-    def commit(self) -> None:
-        """Make dead letters durable, then commit everything polled so far."""
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Make dead letters durable, then commit everything polled so far; the offsets
+        committed (the next to read, per partition polled since the last commit): every
+        record before them is either handed out or in the DLQ."""
         if not self._positions:
-            return
+            return {}
         if self._dlq_producer.flush(30):
             raise ConsumeError("dead letters not acknowledged within 30 s; offsets not committed")
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
@@ -251,7 +259,8 @@ class DecodingConsumer:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
             raise ConsumeError(f"commit failed: {err}") from err
-        self._positions.clear()
+        committed, self._positions = self._positions, {}
+        return committed
 
     def close(self) -> None:
         """Leave the group (uncommitted records will be delivered again)."""

@@ -11,8 +11,11 @@ reads about ``live size + changes since the snapshot`` records however long the 
 - a snapshot is written once the changes since the previous one outnumber the live entries
   (and at least ``min_between`` records), so the log's unread tail stays within about twice
   the live size plus one cycle;
-- the newest snapshot is found by reading the partition backwards in growing spans from its
-  end, so nothing older than the snapshot is read.
+- the newest complete snapshot is found by reading the partition backwards in growing spans
+  from its end, so nothing older than it is read. A snapshot is complete once its closing
+  marker follows its entries: a writer without transactions (the exporter) killed in the
+  middle of one leaves it open, and the restore starts at the snapshot before (the open
+  one's entries, being ordinary writes, are still applied in log order).
 
 Writes go through the caller's producer: a transactional producer puts them in the same
 transaction as its outputs and input offsets, and a ``read_committed`` restore then sees a
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_MARKER = b"\x00snapshot"
 """Key of the record that opens a snapshot (its value: the snapshot's entry count, ASCII)."""
+
+SNAPSHOT_END = b"\x00snapshot-end"
+"""Key of the record that closes a complete snapshot (its value: the entry count, ASCII)."""
 
 FIRST_SPAN = 4_096
 """Records read from the end before looking further back for a snapshot."""
@@ -102,6 +108,7 @@ class StateLog:
         _produce(producer, self.topic, SNAPSHOT_MARKER, str(count).encode())
         for key, value in live():
             _produce(producer, self.topic, key, value)
+        _produce(producer, self.topic, SNAPSHOT_END, str(count).encode())
         self._since_snapshot = 0
 
     def restore(self, *, timeout: float = 30.0) -> Restored:
@@ -125,14 +132,14 @@ class StateLog:
                 begin = max(low, start - span)
                 records[:0] = _read(reader, self.topic, begin, start, timeout)
                 start, span = begin, span * 4
-                if any(key == SNAPSHOT_MARKER for _, key, _ in records):
+                if _newest_complete(records) is not None:
                     break
         finally:
             reader.close()
-        first = max((i for i, (_, key, _) in enumerate(records) if key == SNAPSHOT_MARKER), default=0)
+        first = _newest_complete(records) or 0
         entries: dict[bytes, bytes] = {}
         for _, key, value in records[first:]:
-            if key == SNAPSHOT_MARKER:
+            if key in (SNAPSHOT_MARKER, SNAPSHOT_END):
                 continue
             if value is None:
                 entries.pop(key, None)
@@ -148,6 +155,20 @@ class StateLog:
             restored.seconds,
         )
         return restored
+
+
+def _newest_complete(records: list[tuple[int, bytes, bytes | None]]) -> int | None:
+    """Index of the opening marker of the newest snapshot closed before the next one opens."""
+    closed = False
+    for i in range(len(records) - 1, -1, -1):
+        key = records[i][1]
+        if key == SNAPSHOT_END:
+            closed = True
+        elif key == SNAPSHOT_MARKER:
+            if closed:
+                return i
+            closed = False
+    return None
 
 
 def _read(

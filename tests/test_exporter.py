@@ -155,7 +155,11 @@ def publish(platform, codec: AvroCodec, records: Iterable[tuple[TopicSpec, Recor
 
 def scrape(url: str) -> Samples:
     with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
+        return parse(response.read().decode())
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a scrape, by name and labels."""
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)

@@ -1,8 +1,9 @@
 """The Prometheus exporter: the newest window of every derived series, under Primus-Lens's names.
 
-Reads the derived topics (allocation, workload usage, GPU samples, alerts) from the beginning
-into :class:`LatestState`, and renders it at scrape time with :class:`StateCollector`, next to
-the exporter's own health (records in, batch sizes and durations, lag, dead letters).
+Reads the derived topics (allocation, workload usage, GPU samples, alerts) into
+:class:`LatestState`, checkpointed to its state log so that a start restores it instead of
+replaying history, and renders it at scrape time with :class:`StateCollector`, next to the
+exporter's own health (restore, records in, batch sizes and durations, lag, dead letters).
 """
 
 from consumers.prometheus.collecting import StateCollector

@@ -1,10 +1,16 @@
-"""The exporter process: reads the derived topics into the state and serves ``/metrics``.
+"""The exporter process: serves ``/metrics`` at once, restores its state, then reads on.
 
-State is derived, so it is rebuilt rather than resumed: every start reads every partition
-from the beginning (assigned, no group rebalancing) and keeps the newest row per series, which
-is what a restarted exporter must show. Offsets are still committed, every ``lag_interval_s``,
-so that the usual consumer-group tools see how far the exporter has read; committing also
-makes the dead letters of undecodable records durable (see :class:`DecodingConsumer`).
+A start never replays history. It binds ``/metrics`` first (``gpulens_exporter_restored`` is 0
+until the state is back), restores the newest row of every series from its state log (see
+:mod:`consumers.prometheus.checkpointing`: the cost follows the live series), and assigns
+itself every partition of its topics (no group rebalancing) from the checkpointed offsets.
+GPU samples are gauges: a sample partition starts at most ``sample_tail_records`` before its
+end, so a backlog piled up during a downtime is skipped rather than replayed. A new group has
+no checkpoint: it reads the derived topics from the beginning and the samples' tail only.
+
+Every ``checkpoint_interval_s`` the consumer commits (dead letters first, then the group's
+offsets, for the usual tools) and the series changed since, with those offsets, go to the state
+log. A graceful stop checkpoints once more.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import time
 from collections.abc import Sequence
 from wsgiref.simple_server import WSGIServer
 
-from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
+from consumers.prometheus.checkpointing import ExporterCheckpoint, Partition
 from consumers.prometheus.collecting import StateCollector
 from consumers.prometheus.exceptions import ExporterError
 from consumers.prometheus.health import ConsumerHealth
@@ -26,6 +33,7 @@ from consumers.prometheus.state import LatestState
 from schemas.codec import AvroCodec
 from schemas.consuming import DecodingConsumer
 from schemas.exceptions import GPULensError
+from schemas.models import GpuSampleBatch
 from schemas.settings import KafkaSettings
 from schemas.topic_admin import topic_partitions
 from schemas.topics import ALERTS, CLUSTER_ALLOCATION, GPU_SAMPLES, NODE_ALLOCATION, WORKLOAD_USAGE, TopicSpec
@@ -57,22 +65,23 @@ class Exporter:
         *,
         topics: Sequence[TopicSpec] = EXPORTED_TOPICS,
     ) -> None:
-        self._settings = settings
+        self._kafka, self._codec, self._settings = kafka, codec, settings
+        self._topics = list(topics)
         self.state = LatestState(workload_max_age_windows=settings.workload_max_age_windows)
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(self.state))
         self.registry.register(REGISTRY)
         self._health = ConsumerHealth(self.registry, consumer=settings.group_id)
         try:
-            start = topic_partitions(kafka, topics, offset=OFFSET_BEGINNING)
+            self._partitions = topic_partitions(kafka, topics, offset=OFFSET_BEGINNING)
         except GPULensError as err:
             raise ExporterError(f"exporter cannot read its topics: {err}") from err
-        self._consumer = DecodingConsumer(
-            kafka, codec, group_id=settings.group_id, topics=topics, start=start
-        )
+        self._checkpoint = ExporterCheckpoint(kafka, codec, group_id=settings.group_id, topics=topics)
+        self._consumer: DecodingConsumer | None = None
         self._server: tuple[WSGIServer, threading.Thread] | None = None
         self._closed = False
         self._lag_due = 0.0
+        self._checkpoint_due = 0.0
 
     def serve(self) -> tuple[str, int]:
         """Start serving ``/metrics`` in a background thread; the address bound (port 0: a free one)."""
@@ -85,29 +94,67 @@ class Exporter:
         log.info("exporter serving http://%s:%d/metrics", host, bound)
         return host, bound
 
+    def start(self) -> None:
+        """Restore the state from the state log and start reading where it left off."""
+        restored = self._checkpoint.restore(self.state)
+        samples = {t.name for t in self._topics if t.record is GpuSampleBatch}
+        start, skipped = start_offsets(
+            self._kafka, self._partitions, restored.offsets, samples, self._settings.sample_tail_records
+        )
+        self._consumer = DecodingConsumer(
+            self._kafka, self._codec, group_id=self._settings.group_id, topics=self._topics, start=start
+        )
+        self._checkpoint_due = time.monotonic() + self._settings.checkpoint_interval_s
+        self._health.restored(series=restored.series, seconds=restored.seconds, samples_skipped=skipped)
+        log.info(
+            "exporter %s: %d series restored from %d state records in %.2f s; %d sample records skipped",
+            self._settings.group_id,
+            restored.series,
+            restored.records_read,
+            restored.seconds,
+            skipped,
+        )
+
     def run(self, stop: threading.Event) -> None:
-        """Consume until ``stop`` is set, then stop serving and leave."""
+        """Restore, then consume until ``stop`` is set; then stop serving and leave."""
         try:
+            if self._consumer is None:
+                self.start()
             while not stop.is_set():
                 self.step()
         finally:
             self.close()
 
     def step(self, timeout: float = 0.5) -> None:
-        """Apply one batch; measure lag and commit when due."""
-        batch = self._consumer.poll(self._settings.poll_records, timeout)
+        """Apply one batch; measure lag and checkpoint when due."""
+        consumer = self._started()
+        batch = consumer.poll(self._settings.poll_records, timeout)
         started = time.perf_counter()
         for item in batch:
-            self.state.apply(item.record)
+            self.state.apply(item.record, item.value)
         if batch:
             self._health.batch(batch, time.perf_counter() - started)
-        if time.monotonic() >= self._lag_due:
-            self._health.lag(self._consumer.lag())
-            self._consumer.commit()
-            self._lag_due = time.monotonic() + self._settings.lag_interval_s
+        now = time.monotonic()
+        if now >= self._lag_due:
+            self._health.lag(consumer.lag())
+            self._lag_due = now + self._settings.lag_interval_s
+        if now >= self._checkpoint_due:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Commit what was read (dead letters first), then write the changed series and those
+        offsets to the state log."""
+        offsets = self._started().commit()
+        self._health.checkpointed(self._checkpoint.write(self.state, offsets))
+        self._checkpoint_due = time.monotonic() + self._settings.checkpoint_interval_s
+
+    def _started(self) -> DecodingConsumer:
+        if self._consumer is None:
+            raise ExporterError("the exporter is not started: call start() first")
+        return self._consumer
 
     def close(self) -> None:
-        """Stop serving and leave the topics (idempotent)."""
+        """Stop serving, checkpoint a last time and leave the topics (idempotent)."""
         if self._server is not None:
             server, thread = self._server
             server.shutdown()
@@ -116,7 +163,46 @@ class Exporter:
             self._server = None
         if not self._closed:
             self._closed = True
-            self._consumer.close()
+            if self._consumer is not None:
+                try:
+                    self.checkpoint()
+                finally:
+                    self._consumer.close()
+            self._checkpoint.close()
+
+
+def start_offsets(
+    kafka: KafkaSettings,
+    partitions: Sequence[TopicPartition],
+    checkpointed: dict[Partition, int],
+    samples: set[str],
+    sample_tail: int,
+) -> tuple[list[TopicPartition], int]:
+    """Where each partition is read from, and how many sample records that skips.
+
+    A checkpointed partition resumes at its offset, any other starts at the beginning; a
+    partition of a ``samples`` topic starts no earlier than ``sample_tail`` records before
+    its end.
+    """
+    probe = Consumer(kafka.librdkafka(**{"group.id": "gpulens-exporter-start", "enable.auto.commit": False}))
+    start: list[TopicPartition] = []
+    skipped = 0
+    try:
+        for tp in partitions:
+            offset = checkpointed.get((tp.topic, tp.partition))
+            if tp.topic in samples:
+                low, high = probe.get_watermark_offsets(tp, timeout=10, cached=False)
+                resume = low if offset is None else max(offset, low)
+                tail = max(resume, high - sample_tail)
+                skipped += tail - resume
+                offset = tail
+            where = OFFSET_BEGINNING if offset is None else offset
+            start.append(TopicPartition(tp.topic, tp.partition, where))
+    except KafkaException as err:
+        raise ExporterError(f"exporter cannot read the ends of its partitions: {err}") from err
+    finally:
+        probe.close()
+    return start, skipped
 
 
 def run_exporter(

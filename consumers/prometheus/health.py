@@ -10,7 +10,8 @@ from schemas.consuming import Decoded
 
 
 class ConsumerHealth:
-    """Records in per topic, batch sizes and durations, lag per topic of one consumer."""
+    """Records in per topic, batch sizes and durations, lag per topic of one consumer; how its
+    state came back at start and what its checkpoints wrote."""
 
     def __init__(self, registry: CollectorRegistry, *, consumer: str) -> None:
         self._consumer = consumer
@@ -38,6 +39,43 @@ class ConsumerHealth:
             ["consumer", "topic"],
             registry=registry,
         )
+
+        self._restored = Gauge(
+            "gpulens_exporter_restored",
+            "1 once the state is restored and the topics are read on from there; scrapes before "
+            "show what is loaded so far.",
+            registry=registry,
+        )
+        self._restored_series = Gauge(
+            "gpulens_exporter_restored_series",
+            "Series restored from the state log at start.",
+            registry=registry,
+        )
+        self._restore_seconds = Gauge(
+            "gpulens_exporter_restore_seconds",
+            "Time the restore from the state log took at start.",
+            registry=registry,
+        )
+        self._samples_skipped = Gauge(
+            "gpulens_exporter_sample_records_skipped",
+            "Sample records between the checkpoint (or the beginning) and the tail read at start.",
+            registry=registry,
+        )
+        self._state_written = Counter(
+            "gpulens_exporter_state_records_written_total",
+            "Records written to the exporter's state log (changed series, offsets, snapshots).",
+            registry=registry,
+        )
+
+    def restored(self, *, series: int, seconds: float, samples_skipped: int) -> None:
+        """The state is back: say how much and how fast."""
+        self._restored_series.set(series)
+        self._restore_seconds.set(seconds)
+        self._samples_skipped.set(samples_skipped)
+        self._restored.set(1)
+
+    def checkpointed(self, records: int) -> None:
+        self._state_written.inc(records)
 
     def batch(self, records: Sequence[Decoded], seconds: float) -> None:
         """Count one applied batch."""

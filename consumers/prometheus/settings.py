@@ -16,8 +16,9 @@ class ExporterSettings(BaseModel):
         default="gpulens-exporter",
         min_length=1,
         description=(
-            "Consumer group: names the exporter in dead letters and lag. Every exporter reads every "
-            "partition from the beginning (state is rebuilt, not resumed), so replicas may share it."
+            "Consumer group: names the exporter in dead letters and lag, and its state log "
+            "(gpulens.exporter.<group>.changelog), which a restart resumes from. Every exporter "
+            "reads every partition: replicas need a group each."
         ),
     )
     workload_max_age_windows: int = Field(
@@ -31,4 +32,22 @@ class ExporterSettings(BaseModel):
     poll_records: int = Field(default=5_000, ge=1, description="Most records decoded per batch.")
     lag_interval_s: float = Field(
         default=5.0, gt=0, description="How often lag is measured (a broker round trip per partition)."
+    )
+    checkpoint_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "How often the changed series and the offsets read are written to the state log (and "
+            "the group's offsets committed): what a restart reads again at most."
+        ),
+    )
+    sample_tail_records: int = Field(
+        default=10_000,
+        ge=0,
+        description=(
+            "At start, each GPU sample partition is read from at most this many records before its "
+            "end, whatever the checkpoint says: samples are gauges, a backlog of older ones would "
+            "only be overwritten. A node whose newest sample lies further back shows its "
+            "checkpointed sample (or none, for a new group) until it reports again."
+        ),
     )
