@@ -18,8 +18,9 @@ Rules, per cluster:
   live source: unbounded once every source it knows has sent its final watermark (the cluster
   has *ended*), else the largest effective watermark any source gave.
 - A source the worker has not heard of yet cannot hold anything back, so a cluster's time
-  stays put for ``source_timeout_s`` after the worker first hears of it (at start and after a
-  restore): every source that exists has spoken by then, or counts as silent.
+  stays put for ``source_timeout_s`` after the worker first hears of it: every source that
+  exists has spoken by then, or counts as silent. A cluster restored from a checkpoint knows
+  its sources already and does not wait.
 - Records are released below the cluster's time minus ``allowed_lateness_ms``.
 - A cluster none of whose sources ever sent a watermark has no event time here (``None``):
   the worker falls back to its partition rule (:mod:`pipeline.merging`).
@@ -199,6 +200,8 @@ class EventClocks:
         """Take back a dumped cluster: its watermarks wait for a new barrier, as if just read."""
         name = key[1]
         cluster = self._cluster(name)
+        # The checkpoint names the cluster's sources: no wait for them to speak first.
+        cluster.first_heard = self._clock() - self.source_timeout_s
         cluster.watermarked = bool(saved["watermarked"])
         if saved["released_ms"] is not None:
             cluster.released_ms = int(saved["released_ms"])
