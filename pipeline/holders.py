@@ -67,6 +67,11 @@ class GpuHolders:
             self._holders[gpu] = holder
             self.changed.add(("gpu", gpu))
 
+    def take_changed(self, cluster: str) -> Iterator[tuple[str, ...]]:
+        """The owner's state keys (``("holders", cluster, ...)``) changed since the last call."""
+        changed, self.changed = self.changed, set()
+        return (("holders", cluster, *key) for key in changed)
+
     def live(self) -> Iterator[tuple[str, ...]]:
         """Every key with a value."""
         yield from (("alias", alias) for alias in self._aliases)

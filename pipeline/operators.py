@@ -15,19 +15,15 @@ from pipeline.alerting import AlertDetector, AlertRules
 from pipeline.allocation import AllocationAggregator
 from pipeline.checkpointing import Stateful, StateKey
 from pipeline.device_changes import diff
-from pipeline.state_tables import StateTables, Tombstone
+from pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from pipeline.windows import TumblingWindows
 from pipeline.workload_usage import WorkloadUsage
 from schemas.models import (
     ClusterGpuAllocation,
     ClusterOverview,
-    ContainerEvent,
     DeviceInventory,
     Event,
-    NodeEvent,
-    PodEvent,
     Record,
-    WorkloadState,
 )
 from schemas.topics import (
     ALERTS,
@@ -40,11 +36,6 @@ from schemas.topics import (
     NODE_ALLOCATION,
     NODES,
     PODS,
-    STATE_CONTAINERS,
-    STATE_INVENTORY,
-    STATE_NODES,
-    STATE_PODS,
-    STATE_WORKLOADS,
     WATERMARKS,
     WORKLOAD_USAGE,
     WORKLOADS,
@@ -184,13 +175,4 @@ class StateOperator:
     def output(self, row: Row) -> TopicSpec:
         if isinstance(row, Tombstone):
             return row.topic
-        return STATE_OUTPUTS[type(row)]
-
-
-STATE_OUTPUTS: dict[type[Record], TopicSpec] = {
-    PodEvent: STATE_PODS,
-    NodeEvent: STATE_NODES,
-    DeviceInventory: STATE_INVENTORY,
-    ContainerEvent: STATE_CONTAINERS,
-    WorkloadState: STATE_WORKLOADS,
-}
+        return STATE_TOPIC_OF[type(row)]

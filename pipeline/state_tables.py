@@ -47,6 +47,16 @@ from schemas.topics import (
 ACTIVE_PHASES = frozenset({"Pending", "Running"})
 
 
+STATE_TOPIC_OF: dict[type[Record], TopicSpec] = {
+    PodEvent: STATE_PODS,
+    NodeEvent: STATE_NODES,
+    DeviceInventory: STATE_INVENTORY,
+    ContainerEvent: STATE_CONTAINERS,
+    WorkloadState: STATE_WORKLOADS,
+}
+"""The state topic of each kind of state row."""
+
+
 @dataclass(frozen=True, slots=True)
 class Tombstone:
     """The end of an entity on a compacted topic: a null value under its key."""

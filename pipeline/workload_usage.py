@@ -202,8 +202,7 @@ class WorkloadUsage:
     def changed(self) -> set[StateKey]:
         changed, self._changed = self._changed, set()
         for name, cluster in self._clusters.items():
-            changed.update(("holders", name, *key) for key in cluster.holders.changed)
-            cluster.holders.changed = set()
+            changed.update(cluster.holders.take_changed(name))
         return changed
 
     def live(self) -> Iterator[StateKey]:

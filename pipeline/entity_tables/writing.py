@@ -9,27 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable, MutableMapping
 
 from pipeline.entity_tables.app import Tables
-from pipeline.state_tables import Tombstone
+from pipeline.state_tables import STATE_TOPIC_OF, Tombstone
 from schemas.codec import AvroCodec
-from schemas.models import ContainerEvent, DeviceInventory, NodeEvent, PodEvent, Record, WorkloadState
+from schemas.models import Record
 from schemas.topics import (
     STATE_CONTAINERS,
     STATE_INVENTORY,
     STATE_NODES,
     STATE_PODS,
     STATE_WORKLOADS,
-    TopicSpec,
     record_key,
 )
-
-STATE_TOPIC_OF: dict[type[Record], TopicSpec] = {
-    PodEvent: STATE_PODS,
-    NodeEvent: STATE_NODES,
-    DeviceInventory: STATE_INVENTORY,
-    ContainerEvent: STATE_CONTAINERS,
-    WorkloadState: STATE_WORKLOADS,
-}
-"""The state topic of each kind of state row."""
 
 
 class StateWriter:
