@@ -1,6 +1,6 @@
 """Restart cost of the worker: restore from checkpointed state versus re-reading history.
 
-    python -m bench.restart [--nodes 1250] [--histories 10,60] [--new-seconds 60] [--cold]
+    python -m bench.restart [--nodes 1250] [--histories 10,60] [--new-seconds 10] [--cold]
 
 For each history length (simulated minutes), on a private platform of its own (noida-db
 broker, registry; free ports, a temporary directory):
@@ -12,7 +12,8 @@ broker, registry; free ports, a temporary directory):
 3. a second simulation publishes ``--new-seconds`` of new data right after the history;
 4. the worker is started again, and measured from its start to its first new output row (the
    first ``cluster_gpu_allocation`` row of the cluster after the restart): wall seconds, its
-   CPU seconds until then, the state keys it restored and the records it read.
+   CPU seconds until then, the state keys it restored, the records it read and its peak RSS
+   (the catch-up's peak RSS is shown too).
 
 ``--cold`` also measures the same restart with a new consumer group (no checkpoint: it reads
 every input from the beginning, as every restart did before checkpoints) for the first
@@ -51,18 +52,22 @@ class Restart:
     history_min: int
     catch_up_wall_s: float
     catch_up_cpu_s: float
+    catch_up_peak_mb: float
+    """Peak RSS of the worker catching up on the history."""
     to_output_s: float
     """Worker start to its first new output row."""
     cpu_s: float
     restored_keys: int
     records_read: int
+    peak_mb: float
+    """Peak RSS of the restarted worker until its first new row."""
     mode: str = "checkpoint"
 
     def line(self) -> str:
         return (
             f"{self.history_min:>8} min  {self.mode:<10} {self.catch_up_wall_s:>9.1f}"
-            f" {self.catch_up_cpu_s:>9.1f} {self.to_output_s:>12.2f} {self.cpu_s:>9.2f}"
-            f" {self.restored_keys:>10,} {self.records_read:>11,}"
+            f" {self.catch_up_cpu_s:>9.1f} {self.catch_up_peak_mb:>9,.0f} {self.to_output_s:>12.2f}"
+            f" {self.cpu_s:>9.2f} {self.restored_keys:>10,} {self.records_read:>11,} {self.peak_mb:>9,.0f}"
         )
 
 
@@ -134,7 +139,11 @@ def measure(nodes: int, minutes: int, new_seconds: float, *, cold: bool) -> Rest
         worker = start_worker(config, "bench", port, log)
         wait_caught_up(port, worker)
         at_end = usage([worker.pid])
-        caught_up = (time.monotonic() - began, at_end.cpu_s if at_end else float("nan"))
+        caught_up = (
+            time.monotonic() - began,
+            at_end.cpu_s if at_end else float("nan"),
+            at_end.hwm_kb / 1024 if at_end else float("nan"),
+        )
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         print(f"  {minutes} min: caught up in {caught_up[0]:.0f} s; killed; new data ...", file=sys.stderr)
@@ -153,6 +162,7 @@ def measure(nodes: int, minutes: int, new_seconds: float, *, cold: bool) -> Rest
             minutes, *caught_up, to_output, cpu.cpu_s if cpu else float("nan"),
             int(seen.get("gpulens_worker_restored_state_keys", 0)),
             int(seen.get("gpulens_worker_records_in_total", 0)),
+            cpu.hwm_kb / 1024 if cpu else float("nan"),
             "cold" if cold else "checkpoint",
         )  # fmt: skip
 
@@ -163,7 +173,7 @@ def main() -> None:
     )
     parser.add_argument("--nodes", type=int, default=1250, help="nodes of 8 GPUs (1,250 = 10,000 GPUs)")
     parser.add_argument("--histories", default="10,60", help="history lengths, simulated minutes")
-    parser.add_argument("--new-seconds", type=float, default=60.0, help="new data after the kill")
+    parser.add_argument("--new-seconds", type=float, default=10.0, help="new data after the kill")
     parser.add_argument("--cold", action="store_true", help="also measure a restart without checkpoint")
     options = parser.parse_args()
     histories = [int(m) for m in options.histories.split(",")]
@@ -173,10 +183,13 @@ def main() -> None:
     gpus = options.nodes * 8
     print(f"\nrestart of `gpulens worker` at {gpus:,} GPUs ({options.nodes:,} nodes, 2 s samples)")
     print(
-        f"{'history':>12}  {'restart':<10} {'catch-up':>9} {'cpu':>9} {'to output':>12} {'cpu':>9}"
-        f" {'restored':>10} {'records':>11}"
+        f"{'history':>12}  {'restart':<10} {'catch-up':>9} {'cpu':>9} {'peak':>9} {'to output':>12}"
+        f" {'cpu':>9} {'restored':>10} {'records':>11} {'peak':>9}"
     )
-    print(f"{'':>12}  {'':<10} {'wall s':>9} {'s':>9} {'wall s':>12} {'s':>9} {'keys':>10} {'read':>11}")
+    print(
+        f"{'':>12}  {'':<10} {'wall s':>9} {'s':>9} {'RSS MB':>9} {'wall s':>12} {'s':>9} {'keys':>10}"
+        f" {'read':>11} {'RSS MB':>9}"
+    )
     for result in results:
         print(result.line())
     checkpointed = [r for r in results if r.mode == "checkpoint"]

@@ -9,8 +9,11 @@ Rules, per cluster:
 
 - A watermark read is not trusted at once: records acknowledged before it was produced may
   sit in partitions the consumer has not fetched that far. It takes effect once every input
-  partition has been fetched up to the end offsets observed right after it was read (its
-  *barrier*).
+  partition has been fetched up to its *barrier*: the end offsets observed right after it was
+  read, lowered, where the broker can tell, to the first offset stamped ``CLOCK_SKEW_MS`` after
+  the watermark itself was produced (its source stamped its earlier records before it). So a
+  worker catching up on a backlog releases as it reads, instead of holding everything read
+  until the backlog's end: memory follows the skew allowance, not the backlog.
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source that has not
   sent a watermark yet holds the cluster back entirely.
@@ -41,6 +44,9 @@ Partition = tuple[str, int]
 UNBOUNDED = 2**63 - 1
 """The time of a cluster that has ended: everything may go."""
 _NOTHING = -(2**63)
+CLOCK_SKEW_MS = 2_000
+"""How far producers' clocks may disagree: a record another producer stamped this much later
+than a watermark may still precede the watermark's own source's records in a partition."""
 
 
 @dataclass(slots=True)
@@ -59,6 +65,8 @@ class _Source:
 class _Pending:
     at_ms: int
     final: bool
+    produced_ms: int | None = None
+    """The watermark record's own timestamp (its producer's clock), when it has one."""
     barrier: dict[Partition, int] | None = None
     """End offsets observed after it was read; None until the worker asked the broker."""
 
@@ -106,9 +114,11 @@ class EventClocks:
         """A record of ``source`` was fetched: it is live (again, after a final watermark)."""
         self._source(cluster, source).final = False
 
-    def watermark(self, cluster: str, source: str, at_ms: int, *, final: bool) -> None:
+    def watermark(
+        self, cluster: str, source: str, at_ms: int, *, final: bool, produced_ms: int | None = None
+    ) -> None:
         """A watermark was fetched; it waits for a barrier (:meth:`barrier`)."""
-        self._source(cluster, source).waiting.append(_Pending(at_ms, final))
+        self._source(cluster, source).waiting.append(_Pending(at_ms, final, produced_ms))
         self._cluster(cluster).watermarked = True
 
     @property
@@ -118,13 +128,30 @@ class EventClocks:
             p.barrier is None for c in self._clusters.values() for s in c.sources.values() for p in s.waiting
         )
 
-    def barrier(self, ends: Mapping[Partition, int]) -> None:
-        """End offsets of every input partition, observed after the watermarks read so far."""
+    def barrier(
+        self,
+        ends: Mapping[Partition, int],
+        stamped_from: Callable[[int], Mapping[Partition, int]] | None = None,
+    ) -> None:
+        """End offsets of every input partition, observed after the watermarks read so far;
+        ``stamped_from(ms)``: per partition, the first offset stamped at ``ms`` or later (absent
+        where the broker cannot tell)."""
+        asked: dict[int, Mapping[Partition, int]] = {}
         for cluster in self._clusters.values():
             for source in cluster.sources.values():
                 for pending in source.waiting:
-                    if pending.barrier is None:
-                        pending.barrier = dict(ends)
+                    if pending.barrier is not None:
+                        continue
+                    pending.barrier = dict(ends)
+                    if stamped_from is None or pending.produced_ms is None:
+                        continue
+                    # one question per second of produce time: a later bound is only safer
+                    second = (pending.produced_ms + CLOCK_SKEW_MS) // 1000 * 1000 + 1000
+                    if second not in asked:
+                        asked[second] = stamped_from(second)
+                    for partition, offset in asked[second].items():
+                        if partition in pending.barrier:
+                            pending.barrier[partition] = min(pending.barrier[partition], offset)
 
     def settle(self, fetched: Mapping[Partition, int]) -> None:
         """Apply the watermarks whose barrier the consumer has fetched up to (next offsets)."""

@@ -28,7 +28,16 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from prometheus_client import Counter, Gauge
 
 from pipeline.checkpointing import Checkpoint, Stateful
@@ -219,6 +228,16 @@ class StreamWorker:
             )
         return ends
 
+    def _stamped_from(self, at_ms: int) -> dict[tuple[str, int], int]:
+        """Per input partition, the first offset stamped at ``at_ms`` or later (where there is one)."""
+        asked = [TopicPartition(t, p, at_ms) for t, p in self._ends.since]
+        try:
+            found = self._consumer.offsets_for_times(asked, timeout=5)
+        except KafkaException as err:  # the end offsets alone still make a sound barrier
+            log.warning("offsets by time unavailable (%s): barriers wait for the end offsets", err)
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
     def _partitions(self) -> list[TopicPartition]:
         metadata = self._consumer.list_topics(timeout=30).topics
         missing = [spec.name for spec in self._inputs if spec.name not in metadata]
@@ -248,7 +267,7 @@ class StreamWorker:
             self._take(message)
         self._idle.tick()
         if self._clocks.wants_barrier:
-            self._clocks.barrier(self._end_offsets())
+            self._clocks.barrier(self._end_offsets(), self._stamped_from)
         self._clocks.settle(self._fetched)
         for cluster, merge in list(self._merges.items()):
             items = merge.release(self._clocks.limit(cluster))
@@ -309,7 +328,11 @@ class StreamWorker:
                 event_ms = self._last_ms[(topic, partition)] = to_ms(record.event_time)
                 cluster = record.cluster
                 if isinstance(record, Watermark):
-                    self._clocks.watermark(cluster, record.source, event_ms, final=record.final)
+                    kind, stamped = message.timestamp()
+                    self._clocks.watermark(
+                        cluster, record.source, event_ms, final=record.final,
+                        produced_ms=stamped if kind == TIMESTAMP_CREATE_TIME else None,
+                    )  # fmt: skip
                 else:
                     self._clocks.heard(cluster, record.source)
                     released = self._clocks.released_ms(cluster)

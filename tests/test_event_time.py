@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.event_time import UNBOUNDED, EventClocks
+from pipeline.event_time import CLOCK_SKEW_MS, UNBOUNDED, EventClocks
 
 NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0
@@ -52,6 +52,31 @@ def test_a_watermark_waits_until_every_partition_is_fetched_to_the_ends_seen_aft
     assert not clocks.wants_barrier
     clocks.settle({NODES: 5, PODS: 6})
     assert clocks.limit("c") < 0, "pods is not fetched up to its end offset yet"
+    clocks.settle({NODES: 5, PODS: 7})
+    assert clocks.limit("c") == 1_000
+
+
+def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_before_it() -> None:
+    """Catching up, the watermarks are read long before the data: each takes effect once the
+    partitions are fetched to where records stamped after it (plus the clock skew) begin."""
+    clocks = started(Clock(), "replay")
+    clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
+    asked: list[int] = []
+
+    def stamped_from(ms: int) -> dict:
+        asked.append(ms)
+        return {NODES: 40, PODS: 60}  # where records stamped at ``ms`` or later begin
+
+    clocks.barrier({NODES: 5_000, PODS: 9_000}, stamped_from)  # the backlog's end
+    assert asked and asked[0] >= 50_000 + CLOCK_SKEW_MS, "the bound leaves room for the clocks' skew"
+    clocks.settle({NODES: 40, PODS: 60})
+    assert clocks.limit("c") == 1_000, "not the whole backlog: only what came before it"
+
+
+def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() -> None:
+    clocks = started(Clock(), "replay")
+    clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
+    clocks.barrier({NODES: 5, PODS: 7}, lambda _ms: {PODS: 900})  # nothing stamped later in nodes
     clocks.settle({NODES: 5, PODS: 7})
     assert clocks.limit("c") == 1_000
 

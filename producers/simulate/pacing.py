@@ -17,6 +17,7 @@ from datetime import datetime
 from producers.publishing import BasePublisher
 from producers.simulate.simulating import ClusterSimulation
 from producers.simulate.specs import from_ms
+from producers.watermarking import WatermarkCadence
 from schemas.topics import WATERMARKS
 
 _POLL_S = 0.1
@@ -70,6 +71,7 @@ def publish_simulation(
         return state
 
     events = simulation.events()
+    cadence = WatermarkCadence(publisher)  # consumers see how far the run has come, every second
     try:
         for topic, event in events:
             if stop is not None and stop.is_set():
@@ -80,6 +82,7 @@ def publish_simulation(
                 behind = max(0.0, -wait)
                 if wait > 0 and _wait(publisher, wait, stop):
                     break
+            cadence.before(event)
             publisher.publish(topic, event)
             count += 1
             if report is not None and now - last_report >= report_every_s:
