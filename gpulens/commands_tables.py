@@ -30,6 +30,12 @@ from gpulens.cli_context import Context, pass_context
     help="Port of the HTTP views (on 127.0.0.1).",
 )
 @click.option(
+    "--instance",
+    default="tables-0",
+    show_default=True,
+    help="Static member id in the group: distinct per process, the same across its restarts.",
+)
+@click.option(
     "--standby-replicas",
     type=click.IntRange(min=0),
     default=1,
@@ -38,7 +44,12 @@ from gpulens.cli_context import Context, pass_context
 )
 @pass_context
 def tables(
-    context: Context, group_id: str, data_dir: Path | None, web_port: int, standby_replicas: int
+    context: Context,
+    group_id: str,
+    data_dir: Path | None,
+    web_port: int,
+    instance: str,
+    standby_replicas: int,
 ) -> None:
     """Materialize pods, nodes, inventories, containers and workloads (faust-streaming).
 
@@ -61,6 +72,7 @@ def tables(
         group_id=group_id,
         data_dir=data_dir or settings.platform.state_dir / "tables" / group_id,
         web_port=web_port,
+        instance=instance,
         standby_replicas=standby_replicas,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)
