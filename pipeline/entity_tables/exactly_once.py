@@ -5,7 +5,7 @@ two points below), faust-streaming 0.15.3's exactly_once lost and repeated state
 a kill -9 (2,000 pod events: 15 rows missing in one run, 273 twice in another). With every
 change below one probe run was exact, but the acceptance test (tests/test_entity_tables.py,
 marked xfail) still finds the last event of some pods partitions written twice after the
-restart, and one 20,000-event benchmark run of three stopped making progress (commits
+restart, and one 20,000-event benchmark run of two stopped making progress (commits
 overlapping, then nothing: cause not found): exactly once across a kill -9 is not reached
 yet. What is changed, and why:
 
