@@ -30,6 +30,12 @@ from gpulens.cli_context import Context, pass_context
     help="Port of the HTTP views (on 127.0.0.1).",
 )
 @click.option(
+    "--instance",
+    default="tables-0",
+    show_default=True,
+    help="Static member id in the group: distinct per process, the same across its restarts.",
+)
+@click.option(
     "--standby-replicas",
     type=click.IntRange(min=0),
     default=1,
@@ -38,14 +44,21 @@ from gpulens.cli_context import Context, pass_context
 )
 @pass_context
 def tables(
-    context: Context, group_id: str, data_dir: Path | None, web_port: int, standby_replicas: int
+    context: Context,
+    group_id: str,
+    data_dir: Path | None,
+    web_port: int,
+    instance: str,
+    standby_replicas: int,
 ) -> None:
     """Materialize pods, nodes, inventories, containers and workloads (faust-streaming).
 
     Each table's changelog is a public compacted topic, gpulens.state.*.v1 (Avro under
     <topic>-value, keys cluster/entity), and inventories also feed the device changelog
-    gpulens.changelog.devices.v1. Exactly once across kill -9 (Kafka transactions), stores
-    in RocksDB recovered from the changelogs, standby replicas when several processes run.
+    gpulens.changelog.devices.v1. Exactly once (Kafka transactions; a restart after kill -9
+    resumes, but may write an event's row twice: see README), stores in RocksDB rebuilt from
+    the committed changelogs at every start, standby replicas when several processes run
+    (each with its own --instance and --data-dir).
     HTTP on 127.0.0.1: /pods/CLUSTER/UID, /workloads/CLUSTER/UID (with its pods and child
     workloads), /nodes/CLUSTER/NODE (with its devices). Undecodable records go to the DLQ.
     Stops on SIGTERM/Ctrl-C.
@@ -61,6 +74,7 @@ def tables(
         group_id=group_id,
         data_dir=data_dir or settings.platform.state_dir / "tables" / group_id,
         web_port=web_port,
+        instance=instance,
         standby_replicas=standby_replicas,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -491,3 +492,148 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
     assert [gpu["firmware_version"] for gpu in found["devices"]["gpus"]] == ["MEC 178", "MEC 178"]
     for path in (f"/pods/{cluster}/nope", f"/workloads/{cluster}/nope", f"/nodes/{cluster}/node-c"):
         assert app.get(path)[0] == 404, path
+
+
+def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
+    """About 2,000 events: pods of ten deployments and a job living their phases (some
+    deleted), nodes changing, containers coming and going, inventories with new firmware."""
+    rng = random.Random(seed)
+    chains = [
+        [
+            OwnerReference(kind="ReplicaSet", api_version="apps/v1", name=f"rs-{k}", uid=f"rs-{k}"),
+            OwnerReference(kind="Deployment", api_version="apps/v1", name=f"d-{k}", uid=f"d-{k}"),
+        ]
+        for k in range(10)
+    ]
+    lives = []
+    for n in range(240):
+        owners = chains[n % 10] if n % 11 else [JOB]
+        end = rng.choice(["Succeeded", "Failed", "Running"])
+        life = [
+            ("Pending", ChangeType.ADDED),
+            ("Running", ChangeType.MODIFIED),
+            ("Running", ChangeType.MODIFIED),
+        ]
+        life.append((end, ChangeType.DELETED if end == "Running" else ChangeType.MODIFIED))
+        lives.append(
+            [
+                pod(cluster, f"p{n}", phase, 10 * step + n % 7, owners, change)
+                for step, (phase, change) in enumerate(life)
+            ]
+        )
+    events: list[tuple[TopicSpec, Event]] = []
+    for step in range(4):
+        events += [(PODS, life[step]) for life in lives]
+        events += [
+            (NODES, node(cluster, f"n{i}", step, ChangeType.ADDED if step == 0 else ChangeType.MODIFIED))
+            for i in range(60)
+        ]
+        events += [
+            (
+                CONTAINERS,
+                container(
+                    cluster,
+                    f"c{i}",
+                    step,
+                    ChangeType.DELETED if step == 3 and i % 3 == 0 else ChangeType.MODIFIED,
+                ),
+            )
+            for i in range(60)
+        ]
+        events += [
+            (DEVICE_INVENTORY, inventory(cluster, f"n{i}", step, f"MEC {170 + step}")) for i in range(30)
+        ]
+    return events
+
+
+@pytest.mark.xfail(
+    reason="after the restart, the last pod event of some partitions is written twice, in consecutive "
+    "offsets of one transaction (no kill: no repeats; cause not found yet)",
+    strict=False,
+)
+def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
+    platform, codec: AvroCodec, unique: str, tables_app
+) -> None:
+    cluster = f"tables-kill-{unique}"
+    events = stream_of_changes(cluster, seed=7)
+    half = len(events) // 2
+    publish(platform, codec, events[:half])
+    app = tables_app(f"tk-{unique}")
+    app.start()
+    wait_until(lambda: len(read(platform, STATE_PODS, cluster)) >= 150, 120, "the first pod rows")
+    publish(platform, codec, events[half:])
+    wait_until(lambda: len(read(platform, STATE_PODS, cluster)) >= 400, 120, "pod rows of the second half")
+    app.kill()
+    assert len(read(platform, STATE_PODS, cluster)) < 960, "killed mid-stream"
+    app.start()
+
+    plain = [event for _, event in events]
+    pods = [e for e in plain if isinstance(e, PodEvent)]
+    wait_until(
+        lambda: (
+            len(read(platform, STATE_PODS, cluster))
+            >= len(pods) + sum(p.type == ChangeType.DELETED for p in pods)
+        ),
+        120,
+        "every pod row",
+    )
+    want_workloads = expected_workloads(plain)
+    wait_until(
+        lambda: len(table(read(platform, STATE_WORKLOADS, cluster))) == len(want_workloads),
+        60,
+        "the workloads",
+    )
+
+    def rows_by_event_id(spec: TopicSpec) -> tuple[Counter[str], int]:
+        rows = read(platform, spec, cluster)
+        ids = Counter(codec.decode(spec, value).event_id for *_, value in rows if value is not None)
+        return ids, sum(value is None for *_, value in rows)
+
+    cases: list[tuple[TopicSpec, TopicSpec, Callable[[Any], str]]] = [
+        (STATE_PODS, PODS, lambda e: e.uid),
+        (STATE_NODES, NODES, lambda e: e.node),
+        (STATE_CONTAINERS, CONTAINERS, lambda e: e.container_key),
+        (STATE_INVENTORY, DEVICE_INVENTORY, lambda e: e.node),
+    ]
+    for state, source, key in cases:
+        published = [e for t, e in events if t is source]
+        wait_until(
+            lambda state=state, published=published: (
+                sum(rows_by_event_id(state)[0].values()) >= len(published)
+            ),
+            60,
+            state.name,
+        )
+        ids, tombstones = rows_by_event_id(state)
+        repeated = {
+            (partition, offset, event_id)
+            for partition, offset, _, value in read(platform, state, cluster)
+            if value is not None and ids[event_id := codec.decode(state, value).event_id] > 1
+        }
+        assert ids == Counter(e.event_id for e in published), f"{state.name}: repeated {sorted(repeated)}"
+        assert tombstones == sum(getattr(e, "type", None) == ChangeType.DELETED for e in published), (
+            state.name
+        )
+        want = newest(published, key)
+        assert decode_table(codec, state, read(platform, state, cluster)) == {
+            f"{cluster}/{k}".encode(): v for k, v in want.items()
+        }, state.name
+
+    workload_ids, _ = rows_by_event_id(STATE_WORKLOADS)
+    assert max(workload_ids.values()) == 1, "a workload state row repeated"
+    got = decode_table(codec, STATE_WORKLOADS, read(platform, STATE_WORKLOADS, cluster))
+    for uid, want in want_workloads.items():
+        state = got[f"{cluster}/{uid}".encode()]
+        assert isinstance(state, WorkloadState)
+        assert {name: getattr(state, name) for name in want} == want, uid
+
+    changes = Counter(
+        codec.decode(DEVICE_CHANGELOG, value).event_id
+        for *_, value in read(platform, DEVICE_CHANGELOG, cluster)
+        if value is not None
+    )
+    first = inventory(cluster, "n0", 0, "x")
+    assert max(changes.values()) == 1
+    assert sum(changes.values()) == 30 * (len(first.gpus) + len(first.rdma_devices)) + 3 * 30 * len(
+        first.gpus
+    )

@@ -9,7 +9,8 @@ Modules, one job each: ``app`` (the faust app, the tables and their topics), ``e
 (pods, nodes, containers), ``devices`` (inventories, device changelog), ``forwarding`` and
 ``workloads`` (workload states from pods and workload events), ``writing`` (rows into tables),
 ``decoding`` (bad records to the DLQ), ``state_codec`` (table values), ``views`` (HTTP),
-``running`` (wiring).
+``exactly_once`` (faust's app and transport changed to restart after a kill -9),
+``incarnations`` (fencing what a killed incarnation left open), ``running`` (wiring).
 """
 
 from pipeline.entity_tables.app import SOURCES, TablesOptions

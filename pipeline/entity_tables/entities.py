@@ -6,11 +6,11 @@ the partition of the event that caused it, in the transaction that commits the e
 
 from __future__ import annotations
 
-import faust
-from faust.types import StreamT
+from faust.types import EventT
 
 from pipeline.entity_tables.app import source
 from pipeline.entity_tables.decoding import Decoding
+from pipeline.entity_tables.exactly_once import IncarnationApp
 from pipeline.entity_tables.forwarding import PodForwarder
 from pipeline.entity_tables.writing import StateWriter
 from pipeline.state_tables import entity_rows
@@ -18,30 +18,31 @@ from schemas.models import ContainerEvent, NodeEvent, PodEvent
 from schemas.topics import CONTAINERS, NODES, PODS
 
 
-def register(app: faust.App, decoding: Decoding, writer: StateWriter, forwarder: PodForwarder) -> None:
+def register(app: IncarnationApp, decoding: Decoding, writer: StateWriter, forwarder: PodForwarder) -> None:
     """Add the pods, nodes and containers agents to ``app``."""
 
-    @app.agent(source(app, PODS), name="gpulens.tables.pods")
-    async def pods(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            pod = await decoding.decode(PODS, event, PodEvent)
-            if pod is None:
-                continue
-            writer.apply(entity_rows(pod))
-            value = event.message.value
-            assert isinstance(value, bytes)
-            await forwarder.forward(pod, value, event.message.partition, event.message.offset)
+    async def pod(event: EventT) -> None:
+        found = await decoding.decode(PODS, event, PodEvent)
+        if found is None:
+            return
+        writer.apply(entity_rows(found))
+        value = event.message.value
+        assert isinstance(value, bytes)
+        await forwarder.forward(found, value, event.message.partition, event.message.offset)
 
-    @app.agent(source(app, NODES), name="gpulens.tables.nodes")
-    async def nodes(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            node = await decoding.decode(NODES, event, NodeEvent)
-            if node is not None:
-                writer.apply(entity_rows(node))
+    async def node(event: EventT) -> None:
+        found = await decoding.decode(NODES, event, NodeEvent)
+        if found is not None:
+            writer.apply(entity_rows(found))
 
-    @app.agent(source(app, CONTAINERS), name="gpulens.tables.containers")
-    async def containers(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            container = await decoding.decode(CONTAINERS, event, ContainerEvent)
-            if container is not None:
-                writer.apply(entity_rows(container))
+    async def container(event: EventT) -> None:
+        found = await decoding.decode(CONTAINERS, event, ContainerEvent)
+        if found is not None:
+            writer.apply(entity_rows(found))
+
+    for spec, name, apply in (
+        (PODS, "pods", pod),
+        (NODES, "nodes", node),
+        (CONTAINERS, "containers", container),
+    ):
+        app.agent(source(app, spec), name=f"gpulens.tables.{name}")(app.agent_body(apply))

@@ -9,11 +9,11 @@ changes nothing and publishes nothing.
 
 from __future__ import annotations
 
-import faust
-from faust.types import EventT, StreamT
+from faust.types import EventT
 
 from pipeline.entity_tables.app import Tables, source
 from pipeline.entity_tables.decoding import Decoding
+from pipeline.entity_tables.exactly_once import IncarnationApp
 from pipeline.entity_tables.forwarding import POSITION, Position
 from pipeline.entity_tables.state_codec import WorkloadTable
 from pipeline.entity_tables.writing import StateWriter
@@ -30,26 +30,26 @@ def _position(event: EventT) -> Position:
 
 
 def register(
-    app: faust.App, tables: Tables, decoding: Decoding, writer: StateWriter, forwarded: TopicSpec
+    app: IncarnationApp, tables: Tables, decoding: Decoding, writer: StateWriter, forwarded: TopicSpec
 ) -> None:
     """Add the workloads agent to ``app``."""
     state = StateTables(WorkloadTable(tables.workload_records))
 
-    @app.agent(source(app, WORKLOADS, forwarded), name="gpulens.tables.workloads")
-    async def workloads(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            if event.message.topic == WORKLOADS.name:
-                workload = await decoding.decode(WORKLOADS, event, WorkloadEvent)
-                if workload is not None:
-                    writer.apply(state.workload_event(workload))
-                continue
-            position = _position(event)
-            applied_key = f"{event.message.partition}/{position.partition}".encode()
-            applied = tables.forwarded.get(applied_key)
-            if applied is not None and position <= Position.parse(applied):
-                continue
-            pod = await decoding.decode(PODS, event, PodEvent)
-            if pod is not None:
-                owners = [entity_key(pod.cluster, owner.uid) for owner in pod.owners]
-                writer.apply([state.pod_in_workload(pod, owners.index(event.message.key))])
-            tables.forwarded[applied_key] = position.header()
+    async def apply(event: EventT) -> None:
+        if event.message.topic == WORKLOADS.name:
+            workload = await decoding.decode(WORKLOADS, event, WorkloadEvent)
+            if workload is not None:
+                writer.apply(state.workload_event(workload))
+            return
+        position = _position(event)
+        applied_key = f"{event.message.partition}/{position.partition}".encode()
+        applied = tables.forwarded.get(applied_key)
+        if applied is not None and position <= Position.parse(applied):
+            return
+        pod = await decoding.decode(PODS, event, PodEvent)
+        if pod is not None:
+            owners = [entity_key(pod.cluster, owner.uid) for owner in pod.owners]
+            writer.apply([state.pod_in_workload(pod, owners.index(event.message.key))])
+        tables.forwarded[applied_key] = position.header()
+
+    app.agent(source(app, WORKLOADS, forwarded), name="gpulens.tables.workloads")(app.agent_body(apply))
