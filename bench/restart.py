@@ -1,6 +1,6 @@
 """Restart cost of the worker: restore from checkpointed state versus re-reading history.
 
-    python -m bench.restart [--nodes 1250] [--histories 10,60] [--new-seconds 10] [--cold]
+    python -m bench.restart [--nodes 1250] [--histories 10,60] [--new-seconds 40] [--cold]
 
 For each history length (simulated minutes), on a private platform of its own (noida-db
 broker, registry; free ports, a temporary directory):
@@ -9,7 +9,9 @@ broker, registry; free ports, a temporary directory):
    (1,250 nodes = 10,000 GPUs), unpaced;
 2. ``gpulens worker`` (every processor, 30 s windows) runs until its committed offsets reach
    the inputs' ends (its ``gpulens_consumer_lag_records`` reads 0), and is killed with SIGKILL;
-3. a second simulation publishes ``--new-seconds`` of new data right after the history;
+3. a second simulation publishes ``--new-seconds`` of new data right after the history (the
+   history's final watermark closed the window holding its end: the new data must reach past
+   that window for a new row to exist);
 4. the worker is started again, and measured from its start to its first new output row (the
    first ``cluster_gpu_allocation`` row of the cluster after the restart): wall seconds, its
    CPU seconds until then, the state keys it restored, the records it read and its peak RSS
@@ -45,6 +47,7 @@ from schemas.topics import CLUSTER_ALLOCATION
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = "restart-bench"
+TIMEOUT_S = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ def first_new_row(settings: GPULensSettings, worker: subprocess.Popen[bytes], be
     _, end = reader.get_watermark_offsets(TopicPartition(CLUSTER_ALLOCATION.name, 0), timeout=10)
     reader.assign([TopicPartition(CLUSTER_ALLOCATION.name, 0, end)])
     try:
-        while True:
+        while time.monotonic() - began < TIMEOUT_S:
             for message in reader.consume(100, 0.05):
                 if message.error() is None and message.key() == CLUSTER.encode():
                     return time.monotonic() - began
@@ -126,6 +129,7 @@ def first_new_row(settings: GPULensSettings, worker: subprocess.Popen[bytes], be
                 raise SystemExit(f"the worker exited ({worker.returncode})")
     finally:
         reader.close()
+    raise SystemExit(f"no new row within {TIMEOUT_S} s of the restart")
 
 
 def measure(nodes: int, minutes: int, new_seconds: float, *, cold: bool) -> Restart:
@@ -173,7 +177,9 @@ def main() -> None:
     )
     parser.add_argument("--nodes", type=int, default=1250, help="nodes of 8 GPUs (1,250 = 10,000 GPUs)")
     parser.add_argument("--histories", default="10,60", help="history lengths, simulated minutes")
-    parser.add_argument("--new-seconds", type=float, default=10.0, help="new data after the kill")
+    parser.add_argument(
+        "--new-seconds", type=float, default=40.0, help="new data after the kill (past a 30 s window's end)"
+    )
     parser.add_argument("--cold", action="store_true", help="also measure a restart without checkpoint")
     options = parser.parse_args()
     histories = [int(m) for m in options.histories.split(",")]
