@@ -260,11 +260,11 @@ def up(context: Context, with_replay: bool | None, foreground: bool) -> None:
     \b
     1. the embedded platform: Kafka broker, schema registry, ClickHouse engine + HTTP SQL
     2. topics, a smoke check of every record type, the ClickHouse tables
-    3. the pipeline: worker, tables, sink, exporter, kept running by a supervisor (a process that
+    3. the pipeline: worker, sink, exporter, kept running by a supervisor (a process that
        exits is restarted and the restart shown by `gpulens status`)
     4. data: the Kubernetes watchers when a kubeconfig or in-cluster account is there,
        otherwise the Alibaba GPU-cluster trace and the GenAI duty cycles, replayed
-    5. a report computed from ClickHouse, and where everything is
+    5. a report computed from ClickHouse and the state topics, and where everything is
     Idempotent: what runs already is left alone. Processes stay up (detached) until
     `gpulens down`, unless --foreground.
     """

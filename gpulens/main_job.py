@@ -222,3 +222,22 @@ def print_report(settings: GPULensSettings, echo: Callable[[str], None]) -> None
         echo(f"\n{title}:")
         text = client.raw_query(query, parameters=names, fmt="PrettyCompactMonoBlock").decode()
         echo(text.rstrip() or "  (nothing yet)")
+    print_current_state(settings, echo)
+
+
+def print_current_state(settings: GPULensSettings, echo: Callable[[str], None]) -> None:
+    """The clusters as a subscriber of the compacted state topics sees them now."""
+    from gpulens.current_state import clusters_now
+    from schemas.codec import AvroCodec, registry_client
+
+    echo("\nNow, from the compacted state topics (gpulens.state.*.v1 read from the beginning):")
+    clusters = clusters_now(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
+    for cluster, now in sorted(clusters.items()):
+        pods = ", ".join(f"{n} {phase}" for phase, n in now.pods.most_common()) or "none"
+        workloads = ", ".join(f"{n} {status}" for status, n in now.workloads.most_common()) or "none"
+        echo(f"  {cluster}: {now.nodes} nodes; pods: {pods}; workloads: {workloads}")
+        for workload in now.top:
+            echo(
+                f"    {workload.kind} {workload.namespace}/{workload.name}: {workload.gpus_held:g} GPUs held,"
+                f" {workload.active_pods} active pods"
+            )

@@ -6,7 +6,9 @@ topic from the beginning gives the cluster as it is now and stays bounded by its
 
 Workloads are built from both sides: what the watcher reports about the workload (kind, name,
 parent, deletion) and its pods (a pod counts toward every owner in its chain), so a workload
-whose controller the watcher does not know still has its pods counted. The per-workload state
+whose controller the watcher does not know still has its pods counted. A pod without owners is a
+workload of its own (kind ``Pod``, the pod's uid), as in workload usage: it is gone, and
+tombstoned, with its pod. The per-workload state
 lives in a mapping the caller may supply (the worker: a dict; `gpulens tables`: a faust table),
 and every change is written back to it, so a mapping that persists on assignment persists it.
 In the worker that state is checkpointed per workload: ``["workload", cluster, uid]``.
@@ -27,6 +29,7 @@ from schemas.models import (
     DeviceInventory,
     Event,
     NodeEvent,
+    OwnerReference,
     PodEvent,
     Record,
     WorkloadEvent,
@@ -92,6 +95,13 @@ class Workload:
     """Its active pods."""
 
 
+def workload_chain(pod: PodEvent) -> list[OwnerReference]:
+    """The workloads ``pod`` counts toward, nearest first: its owners, or itself when it has none."""
+    if pod.owners:
+        return pod.owners
+    return [OwnerReference(kind="Pod", api_version="v1", name=pod.name, uid=pod.uid)]
+
+
 WorkloadStore = MutableMapping[tuple[str, str], Workload]
 """Workloads by (cluster, uid)."""
 
@@ -130,14 +140,16 @@ class StateTables:
             return self.workload_event(event)
         rows = entity_rows(event)
         if isinstance(event, PodEvent):
-            rows += [self.pod_in_workload(event, depth) for depth in range(len(event.owners))]
+            for depth in range(len(workload_chain(event))):
+                rows += self.pod_in_workload(event, depth)
         return rows
 
-    def pod_in_workload(self, pod: PodEvent, depth: int) -> WorkloadState:
-        """The new state of the owner at ``depth`` of ``pod``'s chain after ``pod``."""
+    def pod_in_workload(self, pod: PodEvent, depth: int) -> list[Record | Tombstone]:
+        """The new state of the workload at ``depth`` of ``pod``'s chain after ``pod`` (then its
+        tombstone, when the workload is the pod itself and the pod is gone)."""
         at = to_ms(pod.event_time)
         active = pod.type != ChangeType.DELETED and pod.phase in ACTIVE_PHASES
-        chain = pod.owners
+        chain = workload_chain(pod)
         owner = chain[depth]
         parent = chain[depth + 1].uid if depth + 1 < len(chain) else None
         key = (pod.cluster, owner.uid)
@@ -152,9 +164,13 @@ class StateTables:
             workload.pods.pop(pod.uid, None)
         workload.first_seen = min(workload.first_seen, at)
         workload.last_seen = max(workload.last_seen, at)
-        self._workloads[key] = workload
         self._changed.add(("workload", *key))
-        return self._state(pod.cluster, workload, pod.event_id, deleted=False)
+        if owner.uid == pod.uid and pod.type == ChangeType.DELETED:
+            self._workloads.pop(key, None)
+            state = self._state(pod.cluster, workload, pod.event_id, deleted=True)
+            return [state, Tombstone(STATE_WORKLOADS, entity_key(pod.cluster, owner.uid))]
+        self._workloads[key] = workload
+        return [self._state(pod.cluster, workload, pod.event_id, deleted=False)]
 
     def workload_event(self, event: WorkloadEvent) -> list[Record | Tombstone]:
         """The workload's new state, and its tombstone when it is gone."""

@@ -20,6 +20,7 @@ from typing import Any
 from pipeline.checkpointing import StateKey
 from pipeline.exceptions import LateEvent
 from pipeline.holders import GpuHolders
+from pipeline.state_tables import workload_chain
 from pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
 from schemas.ids import event_id
 from schemas.models import (
@@ -113,12 +114,8 @@ class WorkloadUsage:
         return usage
 
     def _pod(self, cluster: _Cluster, pod: PodEvent) -> None:
-        top = pod.owners[-1] if pod.owners else None
-        workload = (
-            _Workload(top.uid, top.kind, top.name, pod.namespace)
-            if top
-            else _Workload(pod.uid, "Pod", pod.name, pod.namespace)
-        )
+        top = workload_chain(pod)[-1]
+        workload = _Workload(top.uid, top.kind, top.name, pod.namespace)
         if pod.type == ChangeType.DELETED:  # what state holds follows the pods that exist
             cluster.workload_of.pop(pod.uid, None)
         else:

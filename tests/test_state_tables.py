@@ -116,6 +116,24 @@ def test_a_deleted_pod_is_followed_by_its_tombstone() -> None:
     assert workloads_of(rows)["deploy-1"].active_pods == 0
 
 
+def test_a_pod_without_owners_is_a_workload_of_its_own() -> None:
+    bare = pod("c", "p1", "Running", 1).model_copy(update={"owners": []})
+    states = workloads_of(StateTables().process(bare))
+    assert set(states) == {"p1"}
+    state = states["p1"]
+    assert (state.kind, state.name, state.top_uid, state.parent_uid) == ("Pod", "p1", "p1", None)
+    assert (state.active_pods, state.gpus_held, state.status) == (1, 2.0, WorkloadStatus.RUNNING)
+
+
+def test_a_bare_pods_workload_is_tombstoned_with_the_pod() -> None:
+    tables = StateTables()
+    tables.process(pod("c", "p1", "Running", 1).model_copy(update={"owners": []}))
+    rows = tables.process(pod("c", "p1", "Running", 5, ChangeType.DELETED).model_copy(update={"owners": []}))
+    assert workloads_of(rows)["p1"].status == WorkloadStatus.DELETED
+    assert rows[-1] == Tombstone(STATE_WORKLOADS, b"c/p1")
+    assert list(tables.live()) == [], "nothing is kept of a workload that is gone"
+
+
 def test_a_deleted_node_takes_its_inventory_with_it() -> None:
     node = example_events("c", at=T0)[NODES]
     assert isinstance(node, NodeEvent)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message, Producer
 
 from pipeline.entity_tables.exceptions import ForwardFailed
+from pipeline.state_tables import workload_chain
 from schemas.models import PodEvent
 from schemas.settings import KafkaSettings
 from schemas.topics import PODS, STATE_WORKLOADS, TopicSpec, entity_key
@@ -68,9 +69,7 @@ class PodForwarder:
 
     async def forward(self, pod: PodEvent, value: bytes, partition: int, offset: int) -> None:
         """Hand ``pod`` (its bytes as read at ``partition``/``offset`` of the pods topic) over."""
-        if not pod.owners:
-            return
-        for index, owner in enumerate(pod.owners):
+        for index, owner in enumerate(workload_chain(pod)):
             self._producer.produce(
                 self._topic,
                 key=entity_key(pod.cluster, owner.uid),

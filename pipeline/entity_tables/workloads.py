@@ -17,7 +17,7 @@ from pipeline.entity_tables.exactly_once import IncarnationApp
 from pipeline.entity_tables.forwarding import POSITION, Position
 from pipeline.entity_tables.state_codec import WorkloadTable
 from pipeline.entity_tables.writing import StateWriter
-from pipeline.state_tables import StateTables
+from pipeline.state_tables import StateTables, workload_chain
 from schemas.models import PodEvent, WorkloadEvent
 from schemas.topics import PODS, WORKLOADS, TopicSpec, entity_key
 
@@ -48,8 +48,8 @@ def register(
             return
         pod = await decoding.decode(PODS, event, PodEvent)
         if pod is not None:
-            owners = [entity_key(pod.cluster, owner.uid) for owner in pod.owners]
-            writer.apply([state.pod_in_workload(pod, owners.index(event.message.key))])
+            owners = [entity_key(pod.cluster, owner.uid) for owner in workload_chain(pod)]
+            writer.apply(state.pod_in_workload(pod, owners.index(event.message.key)))
         tables.forwarded[applied_key] = position.header()
 
     app.agent(source(app, WORKLOADS, forwarded), name="gpulens.tables.workloads")(app.agent_body(apply))
