@@ -40,6 +40,7 @@ from confluent_kafka import (
 )
 from prometheus_client import Counter, Gauge
 
+from pipeline.alignment import Alignment
 from pipeline.checkpointing import Checkpoint, Stateful
 from pipeline.event_time import EventClocks
 from pipeline.exceptions import LateEvent, PipelineError
@@ -183,6 +184,7 @@ class StreamWorker:
             ]
         )
         self._idle = IdlePartitions(self._consumer)
+        self._alignment = Alignment(self._consumer, self._ends, self._last_ms)
         self._producer.init_transactions(30)
         self._checkpoint.begin()
         self._pending = 0
@@ -279,7 +281,9 @@ class StreamWorker:
                     item = replace(item, record=OFFSET_ONLY)
                 self._clocks.released(cluster, item.event_ms)
                 self._process(item, cluster)
-        WAITING.set(sum(m.buffered for m in self._merges.values()))
+        buffered = sum(m.buffered for m in self._merges.values())
+        WAITING.set(buffered)
+        self._alignment.tick(buffered)
         if self._pending >= self._options.cycle_records or (
             self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s
         ):

@@ -30,22 +30,34 @@ def progress_mark(cluster: str, source: str, at: datetime) -> Watermark:
 
 
 class WatermarkCadence:
-    """Publishes a watermark per (cluster, source) every ``every_s`` of wall time.
+    """Publishes a watermark per (cluster, source) every ``every_s`` of wall time, and every
+    ``every_records`` records.
 
     For publishers whose records come in non-decreasing event time: call :meth:`before` with
     each record before publishing it. A source is announced by a watermark before its first
-    record, so a consumer knows of it before anything of it arrives.
+    record, so a consumer knows of it before anything of it arrives. The record count matters
+    for unpaced runs: a simulation publishing an hour in a minute would otherwise vouch for
+    a minute of event time per watermark, and a worker catching up on it would hold that much
+    before releasing anything (measured: 7.8 GB for 60 minutes of 2,000 GPUs).
     """
 
     def __init__(
-        self, publisher: BasePublisher, *, every_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+        self,
+        publisher: BasePublisher,
+        *,
+        every_s: float = 1.0,
+        every_records: int = 20_000,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._publisher = publisher
         self._every_s = every_s
+        self._every_records = every_records
         self._clock = clock
         self._marked: dict[tuple[str, str], datetime] = {}
         """Newest watermark published per (cluster, source)."""
         self._last = clock()
+        self._records = 0
+        """Records since the last watermarks."""
 
     def before(self, event: Event) -> None:
         """``event`` is about to be published: publish the watermarks that are due."""
@@ -54,12 +66,13 @@ class WatermarkCadence:
         source = (event.cluster, event.source)
         if source not in self._marked:
             self._mark(source, event.event_time)
-        if self._clock() - self._last < self._every_s:
+        self._records += 1
+        if self._records < self._every_records and self._clock() - self._last < self._every_s:
             return
         self._publisher.flush()  # the promise holds only for acknowledged records
         for known in self._marked:
             self._mark(known, event.event_time)
-        self._last = self._clock()
+        self._last, self._records = self._clock(), 0
 
     def _mark(self, source: tuple[str, str], at: datetime) -> None:
         previous = self._marked.get(source)
