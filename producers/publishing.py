@@ -95,15 +95,22 @@ class EventPublisher(BasePublisher):
     It survives librdkafka's fatal errors. After a broker lost records it had acknowledged (the
     embedded broker after a SIGKILL), the idempotent producer's next batch is out of sequence
     and librdkafka stops the producer for good. The publisher then creates a new producer and
-    resends, in their original order, every record not yet acknowledged plus the acknowledged
-    records of the last ``keep_acked_s`` seconds that lie at or past their partition's end
-    offset on the broker (the ones it lost). Callers see each record acknowledged once. A
+    resends, in their original order, every record not yet acknowledged plus the recently
+    acknowledged ones (the last ``keep_acked_s`` seconds, at most ``keep_acked`` records: the
+    memory this costs is bounded) that lie at or past their partition's end offset on the
+    broker (the ones it lost). Callers see each record acknowledged once. A
     record the broker had written but whose acknowledgement never came is sent twice: such
     duplicates are counted in ``resent``, and consumers deduplicate by event id.
     """
 
     def __init__(
-        self, kafka: KafkaSettings, codec: AvroCodec, *, keep_acked_s: float = 120.0, **overrides: object
+        self,
+        kafka: KafkaSettings,
+        codec: AvroCodec,
+        *,
+        keep_acked_s: float = 120.0,
+        keep_acked: int = 200_000,
+        **overrides: object,
     ) -> None:
         super().__init__(codec)
         self._config = kafka.librdkafka(
@@ -119,7 +126,7 @@ class EventPublisher(BasePublisher):
         self._kafka = kafka
         self._producer = Producer(self._config)
         self._failures: list[str] = []
-        self._keep_acked_s = keep_acked_s
+        self._keep_acked_s, self._keep_acked = keep_acked_s, keep_acked
         self._unacked: dict[int, _Record] = {}
         self._acked: deque[tuple[float, int, int, _Record]] = deque()
         """(when, partition, offset, record) of recent acknowledgements, oldest first."""
@@ -172,7 +179,9 @@ class EventPublisher(BasePublisher):
     def _remember(self, record: _Record, message: Message) -> None:
         now = time.monotonic()
         self._acked.append((now, message.partition() or 0, message.offset() or 0, record))
-        while self._acked and now - self._acked[0][0] > self._keep_acked_s:
+        while self._acked and (
+            now - self._acked[0][0] > self._keep_acked_s or len(self._acked) > self._keep_acked
+        ):
             self._acked.popleft()
 
     def _guarded(self, call: Callable[[], int]) -> int:
