@@ -23,7 +23,8 @@ from gpulens.commands_tables import tables
 from gpulens.commands_watch import watch
 from gpulens.commands_worker import worker
 from gpulens.main_job import EXAMPLES
-from gpulens.platform import ORDER, manager, service_specs
+from gpulens.platform import ORDER, manager, service_specs, start_platform
+from infra.launching import Status
 from schemas.exceptions import GPULensError
 
 log = logging.getLogger("gpulens")
@@ -65,16 +66,16 @@ def cli(ctx: click.Context, config_file: Path | None, verbose: bool) -> None:
 
 def _platform_up(context: Context) -> None:
     settings = context.settings
-    services = manager(settings)
     specs = service_specs(settings, context.config_file)
-    for name in ORDER:
-        spec = specs.get(name)
-        if spec is None:
+
+    def report(name: str, status: Status | None, started: bool) -> None:
+        if status is None:
             click.echo(f"  {name:<11} external")
-            continue
-        status, started = services.start(spec, timeout=settings.platform.start_timeout_s)
+            return
         verb = "started" if started else "already running"
-        click.echo(f"  {name:<11} {verb:<16} {spec.host}:{spec.port}  pid {status.pid}")
+        click.echo(f"  {name:<11} {verb:<16} {specs[name].host}:{specs[name].port}  pid {status.pid}")
+
+    start_platform(manager(settings), specs, timeout=settings.platform.start_timeout_s, report=report)
 
 
 def _platform_down(context: Context) -> None:

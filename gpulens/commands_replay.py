@@ -45,7 +45,6 @@ def _publish(
     from producers.publishing import EventPublisher
     from producers.replay.pacing import replay
     from schemas.codec import AvroCodec, registry_client
-    from schemas.topic_admin import create_topics
 
     if parts:
         from producers.replay.splitting import only
@@ -53,11 +52,17 @@ def _publish(
         events = list(only(events, parts))
     total = len(events)
     settings = context.settings
-    create_topics(settings.kafka)
     publisher = EventPublisher(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
     with click.progressbar(length=total, label=label, file=click.get_text_stream("stderr")) as bar:
         count = replay(events, publisher, speed=_speed(speed), progress=bar.update)
     click.echo(f"published {count:,} events")
+
+
+def _create_topics(context: Context) -> None:
+    """First thing, before a trace is read: an unreachable broker is an error at once."""
+    from schemas.topic_admin import create_topics
+
+    create_topics(context.settings.kafka)
 
 
 @click.group()
@@ -103,6 +108,7 @@ def alibaba_v2023(
     """
     from producers.replay import alibaba_v2023 as trace
 
+    _create_topics(context)
     events = list(
         trace.plan(
             trace.read_nodes(nodes),
@@ -129,5 +135,6 @@ def genai_duty(context: Context, samples: Path, speed: str, parts: tuple[str, ..
     """Alibaba GenAI 2026 duty cycles: each pod a one-GPU pod on its own node, each row a sample."""
     from producers.replay import genai_duty as trace
 
+    _create_topics(context)
     events = list(trace.plan(trace.read_samples(samples), cluster=context.settings.cluster))
     _publish(context, events, parts, speed, f"genai-duty → {context.settings.kafka.bootstrap_servers}")

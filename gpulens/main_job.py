@@ -93,10 +93,10 @@ def start_pipeline(
 
 def stop_pipeline(services: ServiceManager, echo: Callable[[str], None]) -> None:
     """Stop the supervisor (it stops what it runs, each flushing), then anything left over."""
-    stopped = services.stop(SUPERVISOR, timeout=120)
+    stopped = services.stop(SUPERVISOR, stall_s=120)
     echo(f"  {SUPERVISOR:<11} {'stopped' if stopped else 'was not running'}")
     for name in reversed(PIPELINE):
-        if services.stop(name, timeout=60):  # left behind by a supervisor that was killed
+        if services.stop(name, stall_s=60):  # left behind by a supervisor that was killed
             echo(f"  {name:<11} stopped")
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
 from infra.broker import noida_argv, tansu_argv
-from infra.launching import ServiceManager, ServiceSpec
-from schemas.exceptions import ConfigError
+from infra.launching import ServiceManager, ServiceSpec, Status
+from schemas.exceptions import ConfigError, GPULensError
+
+log = logging.getLogger(__name__)
 
 BROKER, REGISTRY, CLICKHOUSE = "kafka", "registry", "clickhouse"
 ORDER = (BROKER, REGISTRY, CLICKHOUSE)
@@ -127,6 +130,35 @@ broker = "{broker}"
     return path
 
 
+def start_platform(
+    services: ServiceManager,
+    specs: dict[str, ServiceSpec],
+    *,
+    timeout: float,
+    report: Callable[[str, Status | None, bool], None] = lambda _name, _status, _started: None,
+) -> None:
+    """Start ``specs`` in :data:`ORDER`, each unless it runs already; ``report(name, status,
+    started_now)`` hears of each (status None: external). When one fails, the ones started by
+    this call are stopped again (last first) before the error is raised: a failed start leaves
+    nothing behind that was not running before."""
+    started: list[str] = []
+    try:
+        for name in ORDER:
+            spec = specs.get(name)
+            if spec is None:
+                report(name, None, False)
+                continue
+            status, now = services.start(spec, timeout=timeout)
+            if now:
+                started.append(name)
+            report(name, status, now)
+    except GPULensError:
+        for name in reversed(started):
+            log.warning("%s: stopping it again, the platform did not start", name)
+            services.stop(name)
+        raise
+
+
 @contextmanager
 def private_platform(directory: Path, *, broker: str = "noida") -> Iterator[GPULensSettings]:
     """Start a private platform under ``directory``, yield its settings, stop it whatever happens."""
@@ -135,9 +167,7 @@ def private_platform(directory: Path, *, broker: str = "noida") -> Iterator[GPUL
     services = manager(settings)
     specs = service_specs(settings, config_file)
     try:
-        for name in ORDER:
-            if name in specs:
-                services.start(specs[name], timeout=settings.platform.start_timeout_s)
+        start_platform(services, specs, timeout=settings.platform.start_timeout_s)
         yield settings
     finally:
         for name in reversed(ORDER):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -63,6 +64,8 @@ class Status:
 
 PORTLESS_GRACE_S = 2.0
 """A service without a port counts as started once it has stayed up this long."""
+
+_TICK = os.sysconf("SC_CLK_TCK")
 
 # Children this process started, by pid, whichever manager started them: kept so that a
 # stopped child is reaped here instead of lingering as a zombie.
@@ -127,9 +130,13 @@ class ServiceManager:
                 f"{spec.name}: port {spec.port} on {spec.host} is already in use by another program; "
                 f"stop it or {spec.hint or 'choose another port'}"
             )
-        self._run.mkdir(parents=True, exist_ok=True)
-        self._logs.mkdir(parents=True, exist_ok=True)
-        with self.log_path(spec.name).open("ab") as out:
+        try:
+            self._run.mkdir(parents=True, exist_ok=True)
+            self._logs.mkdir(parents=True, exist_ok=True)
+            out = self.log_path(spec.name).open("ab")
+        except OSError as err:
+            raise LaunchError(f"{spec.name}: cannot write under {self.state_dir}: {err}") from err
+        with out:
             process = subprocess.Popen(
                 list(spec.argv),
                 stdin=subprocess.DEVNULL,
@@ -140,7 +147,13 @@ class ServiceManager:
             )
         _CHILDREN[process.pid] = process
         record = {"pid": process.pid, "argv": list(spec.argv), "port": spec.port, "started": time.time()}
-        self._pidfile(spec.name).write_text(json.dumps(record))
+        try:
+            self._pidfile(spec.name).write_text(json.dumps(record))
+        except OSError as err:  # unrecorded, nobody could stop it: it must not run
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+            _CHILDREN.pop(process.pid, None)
+            raise LaunchError(f"{spec.name}: cannot write its pid file: {err}") from err
         started = time.monotonic()
         deadline = started + timeout
         while time.monotonic() < deadline:
@@ -168,23 +181,49 @@ class ServiceManager:
             return time.monotonic() - started >= PORTLESS_GRACE_S
         return spec.ready is None or spec.ready()
 
-    def stop(self, name: str, *, timeout: float = 15.0) -> bool:
-        """Stop ``name`` if this manager started it; whether a process was stopped."""
+    def stop(self, name: str, *, stall_s: float = 30.0, report_every_s: float = 5.0) -> bool:
+        """Stop ``name`` if this manager started it; whether a process was stopped.
+
+        SIGTERM, then wait for the process to exit for as long as it keeps working: a broker
+        holding a gigabyte writes its snapshot for minutes, and killing it then loses what it
+        holds. Only a service that has done nothing (no CPU time, no bytes written, counting
+        its descendants) for ``stall_s`` is killed with SIGKILL. Progress is logged every
+        ``report_every_s``.
+        """
         current = self.status(name)
         pidfile = self._pidfile(name)
         if current.state is not State.RUNNING or current.pid is None:
             pidfile.unlink(missing_ok=True)
             return False
         _signal_group(current.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.status(name).state is State.RUNNING:
+        began = last_report = sampled = time.monotonic()
+        activity = _Activity.of(current.pid)
+        active_at = began
+        while self.status(name).state is State.RUNNING:
             time.sleep(0.05)
-        if self.status(name).state is State.RUNNING:
-            log.warning("%s did not stop within %.0fs; killing it", name, timeout)
-            _signal_group(current.pid, signal.SIGKILL)
+            now = time.monotonic()
+            if now - sampled < 1.0:  # reading /proc for the whole tree costs: once a second
+                continue
+            sampled, seen = now, _Activity.of(current.pid)
+            if seen != activity:
+                activity, active_at = seen, now
+            elif now - active_at >= stall_s:
+                log.warning("%s did nothing for %.0f s after SIGTERM; killing it", name, stall_s)
+                _signal_group(current.pid, signal.SIGKILL)
+                break
+            if now - last_report >= report_every_s:
+                last_report = now
+                log.info(
+                    "%s still stopping after %.0f s (pid %d: %.1f CPU s, %.2f GB written since start)",
+                    name,
+                    now - began,
+                    current.pid,
+                    activity.cpu_s,
+                    activity.written / 1e9,
+                )
         child = _CHILDREN.pop(current.pid, None)
         if child is not None:
-            child.wait(timeout)
+            child.wait()
         pidfile.unlink(missing_ok=True)
         return True
 
@@ -194,9 +233,32 @@ class ServiceManager:
         current = self.status(name)
         if current.state is State.RUNNING or current.pid is None:
             return None
-        self._pidfile(name).unlink(missing_ok=True)
         child = _CHILDREN.pop(current.pid, None)
-        return None if child is None else child.wait()
+        code = None if child is None else child.wait()
+        self._pidfile(name).unlink(missing_ok=True)
+        return code
+
+    def rotate_log(self, name: str, *, max_bytes: int, backups: int) -> bool:
+        """Rotate ``name``'s log once it exceeds ``max_bytes``: LOG -> LOG.1 -> ... -> LOG.<backups>.
+
+        The service keeps its file open for appending and cannot be told to reopen it, so the
+        log is copied and then truncated in place (logrotate's copytruncate): lines written
+        between the copy and the truncation are lost, the space is bounded. Whether it rotated.
+        """
+        path = self.log_path(name)
+        try:
+            if path.stat().st_size <= max_bytes:
+                return False
+            for n in range(backups - 1, 0, -1):
+                older = path.with_name(f"{path.name}.{n}")
+                if older.exists():
+                    older.replace(path.with_name(f"{path.name}.{n + 1}"))
+            if backups > 0:
+                shutil.copyfile(path, path.with_name(f"{path.name}.1"))
+            os.truncate(path, 0)
+        except FileNotFoundError:
+            return False
+        return True
 
     def tail(self, name: str, lines: int = 15) -> str:
         """The last lines a service wrote."""
@@ -205,6 +267,45 @@ class ServiceManager:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(frozen=True, slots=True)
+class _Activity:
+    """The work a process tree has done so far: it is busy while this changes."""
+
+    cpu_s: float
+    written: int
+    """Bytes passed to write calls (``wchar``)."""
+
+    @classmethod
+    def of(cls, pid: int) -> _Activity:
+        cpu_s, written = 0.0, 0
+        for member in (pid, *_descendants(pid)):
+            try:
+                stat = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+                io = Path(f"/proc/{member}/io").read_text()
+            except OSError:
+                continue
+            cpu_s += (int(stat[11]) + int(stat[12])) / _TICK
+            written += int(next(line for line in io.splitlines() if line.startswith("wchar:")).split()[1])
+        return cls(cpu_s, written)
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

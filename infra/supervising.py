@@ -4,8 +4,12 @@ A supervisor starts its services through a :class:`ServiceManager` (so pid files
 `gpulens status` see them as usual), checks them every ``interval_s``, and restarts one that
 is gone after a backoff that doubles while it keeps crashing (1 s, 2 s, ... 30 s) and resets
 once it has stayed up for ``stable_s``. Every restart is logged with the exit status and kept
-in ``run/restarts.json`` for `gpulens status`. On stop it stops its services in reverse order,
-each with SIGTERM first so that it writes what it buffers.
+in ``run/restarts.json`` for `gpulens status`. A state file it cannot write (a full disk, a
+read-only directory) never ends it: the first failure is logged, every one counted in
+``state_write_failures``, and supervising goes on (a service whose pid file cannot be written
+is not left running unrecorded: its start fails and is retried with the backoff). Each
+service's log is rotated once it passes ``log_max_bytes``. On stop it stops its services in
+reverse order, each with SIGTERM first so that it writes what it buffers.
 """
 
 from __future__ import annotations
@@ -60,18 +64,23 @@ class Supervisor:
         max_backoff_s: float = 30.0,
         stable_s: float = 60.0,
         start_timeout_s: float = 120.0,
+        log_max_bytes: int = 50_000_000,
+        log_backups: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._services = services
         self._specs = list(specs)
         self._backoff_s, self._max_backoff_s, self._stable_s = backoff_s, max_backoff_s, stable_s
         self._start_timeout_s = start_timeout_s
+        self._log_max_bytes, self._log_backups = log_max_bytes, log_backups
         self._clock = clock
         self._started: dict[str, float] = {}
         self._down_since: dict[str, float] = {}
         self._delay: dict[str, float] = {}
         self._exits: dict[str, str] = {}
         self.restarts: list[Restart] = []
+        self.state_write_failures = 0
+        """State files (restarts, pid files, log rotations) that could not be written."""
 
     @property
     def restarts_file(self) -> Path:
@@ -88,12 +97,13 @@ class Supervisor:
         done: list[Restart] = []
         now = self._clock()
         for spec in self._specs:
+            self._rotate_log(spec.name)
             if self._services.status(spec.name).state is State.RUNNING:
                 if now - self._started.get(spec.name, now) >= self._stable_s:
                     self._delay.pop(spec.name, None)  # up long enough: the next crash restarts at once
                 continue
             if spec.name not in self._down_since:
-                code = self._services.reap(spec.name)
+                code = self._reap(spec.name)
                 self._down_since[spec.name] = now
                 self._exits[spec.name] = describe_exit(code)
                 log.warning("%s %s; restarting it", spec.name, self._exits[spec.name])
@@ -126,8 +136,32 @@ class Supervisor:
         return restart
 
     def _record(self) -> None:
-        self.restarts_file.parent.mkdir(parents=True, exist_ok=True)
-        self.restarts_file.write_text(json.dumps([asdict(r) for r in self.restarts], indent=1))
+        try:
+            self.restarts_file.parent.mkdir(parents=True, exist_ok=True)
+            self.restarts_file.write_text(json.dumps([asdict(r) for r in self.restarts], indent=1))
+        except OSError as err:
+            self._state_unwritable(err)
+
+    def _reap(self, name: str) -> int | None:
+        try:
+            return self._services.reap(name)
+        except OSError as err:  # the stale pid file could not be removed
+            self._state_unwritable(err)
+            return None
+
+    def _rotate_log(self, name: str) -> None:
+        try:
+            if self._services.rotate_log(name, max_bytes=self._log_max_bytes, backups=self._log_backups):
+                log.info("%s's log passed %d bytes: rotated", name, self._log_max_bytes)
+        except OSError as err:
+            self._state_unwritable(err)
+
+    def _state_unwritable(self, err: OSError) -> None:
+        self.state_write_failures += 1
+        if self.state_write_failures == 1:
+            log.error(
+                "cannot write supervisor state (%s); supervising goes on, further failures are counted", err
+            )
 
     def run(self, stop: threading.Event, *, interval_s: float = 0.5) -> None:
         """Start everything, keep it running until ``stop`` is set, then stop it all."""
@@ -138,10 +172,10 @@ class Supervisor:
         finally:
             self.stop_all()
 
-    def stop_all(self, timeout: float = 60.0) -> None:
-        """Stop the services, last started first."""
+    def stop_all(self, stall_s: float = 60.0) -> None:
+        """Stop the services, last started first (each killed only after ``stall_s`` idle)."""
         for spec in reversed(self._specs):
-            if self._services.stop(spec.name, timeout=timeout):
+            if self._services.stop(spec.name, stall_s=stall_s):
                 log.info("%s stopped", spec.name)
 
 

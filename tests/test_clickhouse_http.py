@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import gzip
+import os
+import shutil
 import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from urllib.parse import quote
 
 import clickhouse_connect
@@ -17,6 +23,8 @@ import zstandard
 from clickhouse_connect.driver.exceptions import DatabaseError
 
 from consumers.clickhouse.client import get_client
+from gpulens.platform import free_port
+from infra.launching import port_open
 
 ROWS = 1_000_000
 
@@ -139,3 +147,55 @@ def test_unknown_table_is_a_404_with_the_exception_code(endpoint) -> None:
 def test_errors_reach_clickhouse_connect_as_database_errors(platform) -> None:
     with pytest.raises(DatabaseError, match="Syntax error"):
         _client(platform).command("SELEC 1")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 40 MB tmpfs: a disk that can really fill up."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], capture_output=True
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {result.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_and_bad_sql_come_back_as_clickhouse_error_codes(
+    small_disk: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
+    env |= {
+        "GPULENS_PLATFORM__STATE_DIR": str(small_disk / "state"),
+        "GPULENS_CLICKHOUSE__HTTP_PORT": str(port),
+    }
+    spawned.append(subprocess.Popen([sys.executable, "-m", "gpulens", "serve", "clickhouse"], env=env))
+    deadline = time.monotonic() + 60
+    while not port_open("127.0.0.1", port):
+        assert time.monotonic() < deadline and spawned[0].poll() is None, "the endpoint did not start"
+    client = clickhouse_connect.get_client(host="127.0.0.1", port=port)
+    client.command("CREATE TABLE t (id UInt64, s String) ENGINE = MergeTree ORDER BY id")
+    rows = [[i, "x" * 1000] for i in range(1000)]  # ~1 MB of insert data
+
+    filler = small_disk / "filler"
+    with filler.open("wb") as out:  # leave ~64 KB free
+        out.write(b"\0" * (shutil.disk_usage(small_disk).free - 65536))
+    with pytest.raises(DatabaseError, match=r"code: 243.*NOT_ENOUGH_SPACE"):
+        client.insert("t", rows, column_names=["id", "s"])
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/?query=INSERT%20INTO%20t%20FORMAT%20TSV", data=b"1\tx\n" * 100_000
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    assert (caught.value.code, caught.value.headers["X-ClickHouse-Exception-Code"]) == (507, "243")
+
+    filler.unlink()  # space again: the same insert goes through
+    client.insert("t", rows, column_names=["id", "s"])
+    assert client.command("SELECT count() FROM t") == len(rows)
+    with pytest.raises(DatabaseError, match=r"code: 62.*Syntax error"):
+        client.query("SELEC 1")

@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from gpulens.config import load_settings
 from gpulens.platform import write_private_config
 from infra.launching import LaunchError, ServiceManager, ServiceSpec, State
 
@@ -160,3 +163,90 @@ def test_every_command_explains_itself() -> None:
         result = subprocess.run([*GPULENS, *args], capture_output=True, text=True, check=True)
         assert "Usage: " in result.stdout
         assert len(result.stdout.splitlines()) > 3
+
+
+def test_a_failed_infra_up_stops_what_it_started(tmp_path: Path) -> None:
+    config = write_private_config(tmp_path)
+    clickhouse_port = load_settings(config).clickhouse.http_port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", clickhouse_port))
+        squatter.listen()
+        result = run(config, "infra", "up", check=False)
+    assert result.returncode == 1
+    started = [int(line.split("pid")[1]) for line in result.stdout.splitlines() if " started " in line]
+    assert len(started) == 2, "the broker and the registry started before the ClickHouse holder failed"
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: clickhouse: port {clickhouse_port} on 127.0.0.1 is already in use by another program; "
+        "stop it or set GPULENS_CLICKHOUSE__HTTP_PORT (and clickhouse.url) to another port"
+    ]
+    for pid in started:
+        assert not Path(f"/proc/{pid}").exists(), f"pid {pid} was left running"
+    assert run(config, "infra", "status").stdout.count("stopped") == 3
+
+
+def test_an_unreachable_broker_is_one_clear_line_within_10_s(tmp_path: Path) -> None:
+    config = write_private_config(tmp_path)  # nothing started: nobody listens on its ports
+    commands = {
+        "worker": ["worker"],
+        "sink": ["sink"],
+        "exporter": ["exporter"],
+        "replay": ["replay", "genai-duty"],
+        "simulate": ["simulate", "--duration", "1"],
+    }
+    for name, args in commands.items():
+        began = time.monotonic()
+        result = run(config, *args, check=False)
+        took = time.monotonic() - began
+        assert result.returncode == 1, name
+        assert took < 10, f"{name} took {took:.1f} s to say the broker is unreachable"
+        errors = [line for line in result.stderr.splitlines() if " INFO " not in line]
+        assert len(errors) == 1, f"{name}: {result.stderr}"
+        assert errors[0].startswith(
+            f"error: no Kafka broker answered at {load_settings(config).kafka.bootstrap_servers} "
+            "(no bootstrap server accepts connections); start the embedded one with `gpulens infra up`"
+        ), name
+
+
+def test_down_waits_for_a_broker_saving_its_data_and_loses_none(own_platform: Path) -> None:
+    run(own_platform, "infra", "up")
+    settings = load_settings(own_platform)
+    servers = settings.kafka.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.create_topics([NewTopic("held", 3, 1)])["held"].result()
+    acked = 0
+
+    def delivered(err: object, _message: object) -> None:
+        nonlocal acked
+        acked += err is None
+
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    for i in range(
+        120_000
+    ):  # 120 MB: on a busy machine the broker saves it for about as long as the old 15 s limit
+        while True:
+            try:
+                producer.produce("held", key=str(i).encode(), value=b"v" * 1000, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)
+    assert acked == 120_000
+
+    down = run(own_platform, "infra", "down")
+    assert "kafka       stopped" in down.stdout
+    assert "killing it" not in down.stderr
+    run(own_platform, "infra", "up")
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "held"})
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the restarted broker accepts connections before its data is loaded
+            try:
+                ends = [
+                    consumer.get_watermark_offsets(TopicPartition("held", p), timeout=10)[1] for p in range(3)
+                ]
+                break
+            except KafkaException:
+                assert time.monotonic() < deadline, "the restarted broker never answered"
+    finally:
+        consumer.close()
+    assert sum(ends) == acked

@@ -76,6 +76,49 @@ def test_a_service_that_keeps_failing_is_retried_with_doubling_delays(tmp_path: 
     assert supervisor.restarts == []
 
 
+def test_supervising_goes_on_when_its_state_files_cannot_be_written(tmp_path: Path) -> None:
+    services = ServiceManager(tmp_path)
+    supervisor = Supervisor(services, [sleeper("napper")], backoff_s=0.1)
+    supervisor.start_all()
+    try:
+        supervisor.restarts_file.mkdir()  # restarts.json cannot be written (as on a full disk)
+        for round_ in (1, 2):
+            pid = services.status("napper").pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while len(supervisor.restarts) < round_ and time.monotonic() < deadline:
+                supervisor.check()
+                time.sleep(0.05)
+            assert services.status("napper").state is State.RUNNING
+        assert [r.count for r in supervisor.restarts] == [1, 2]
+        assert supervisor.state_write_failures == 2
+    finally:
+        supervisor.stop_all()
+    assert services.status("napper").state is State.STOPPED
+
+
+def test_a_supervised_log_is_rotated_once_it_passes_its_bound(tmp_path: Path) -> None:
+    services = ServiceManager(tmp_path)
+    chatty = ServiceSpec(
+        "chatty", [sys.executable, "-c", "import time; print('x' * 9_999, flush=True); time.sleep(600)"]
+    )
+    supervisor = Supervisor(services, [chatty], log_max_bytes=5_000, log_backups=2)
+    supervisor.start_all()
+    log = services.log_path("chatty")
+    try:
+        deadline = time.monotonic() + 30
+        while not log.with_name("chatty.log.1").exists() and time.monotonic() < deadline:
+            supervisor.check()
+            time.sleep(0.05)
+        assert log.with_name("chatty.log.1").read_text() == "x" * 9_999 + "\n"
+        assert log.stat().st_size == 0
+        assert not log.with_name("chatty.log.2").exists()
+        assert services.status("chatty").state is State.RUNNING
+    finally:
+        supervisor.stop_all()
+
+
 def test_exit_statuses_are_described_for_people() -> None:
     assert describe_exit(-9) == "killed by SIGKILL"
     assert describe_exit(2) == "exit code 2"

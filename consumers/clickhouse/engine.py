@@ -8,6 +8,7 @@ connection, applied before each statement and undone after.
 
 from __future__ import annotations
 
+import errno
 import re
 import tempfile
 import threading
@@ -103,8 +104,11 @@ class EmbeddedEngine:
         with self._lock:
             self._prepare(settings or {}, database)
             with tempfile.NamedTemporaryFile(dir=self._spool, suffix=".insert") as tmp:
-                tmp.write(data)
-                tmp.flush()
+                try:
+                    tmp.write(data)
+                    tmp.flush()
+                except OSError as err:
+                    raise _write_error(err, f"cannot spool {len(data):,} bytes of insert data") from err
                 return self._run(_with_infile(statement, tmp.name), "TabSeparated", {})
 
     # --- internals (lock held) -------------------------------------------------------------------
@@ -149,6 +153,14 @@ class EmbeddedEngine:
 
     def _set(self, name: str, value: str) -> None:
         self._run(f"SET {name} = {_quote(value)}", "TabSeparated", {})
+
+
+def _write_error(err: OSError, what: str) -> EngineError:
+    """ClickHouse's error for a failed write: NOT_ENOUGH_SPACE (243) for a full disk or quota,
+    CANNOT_WRITE_TO_FILE_DESCRIPTOR (75) otherwise."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EngineError(f"Code: 243. DB::Exception: {what}: {err.strerror}. (NOT_ENOUGH_SPACE)")
+    return EngineError(f"Code: 75. DB::Exception: {what}: {err}. (CANNOT_WRITE_TO_FILE_DESCRIPTOR)")
 
 
 _FORMAT = re.compile(r"\bFORMAT\s+\w+\s*$", re.IGNORECASE)

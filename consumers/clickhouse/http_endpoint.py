@@ -55,7 +55,8 @@ _TRANSPORT = {
 }
 _INSERT = re.compile(r"^\s*INSERT\b", re.IGNORECASE)
 _INSERT_WITH_FORMAT = re.compile(r"^\s*INSERT\b.*?\bFORMAT\s+\w+[ \t]*(\r?\n|$)", re.IGNORECASE | re.DOTALL)
-_HTTP_STATUS = {60: 404, 81: 404, 62: 400, 27: 400, 115: 400, 36: 400, 47: 400, 46: 400, 117: 400}
+_HTTP_STATUS = {60: 404, 81: 404, 62: 400, 27: 400, 115: 400, 36: 400, 47: 400, 46: 400, 117: 400, 243: 507}
+"""ClickHouse's HTTP status per error code (as the server answers: a full disk is 507); 500 otherwise."""
 
 MAX_BODY = 4 * 1024**3
 
@@ -149,14 +150,24 @@ async def handle(request: web.Request) -> web.StreamResponse:
             )
     except EngineError as err:
         log.info("query failed (%s): %s", query_id, str(err).splitlines()[0][:300])
-        return web.Response(
-            text=str(err) + "\n",
-            status=_HTTP_STATUS.get(err.code, 500),
-            headers={"X-ClickHouse-Exception-Code": str(err.code), "X-ClickHouse-Query-Id": query_id},
-        )
+        return _error(err.code, str(err), query_id)
     except UnicodeDecodeError as err:
-        return web.Response(text=f"Code: 62. query is not UTF-8: {err}\n", status=400)
+        return _error(62, f"Code: 62. DB::Exception: query is not UTF-8: {err}. (SYNTAX_ERROR)", query_id)
+    except Exception as err:  # a bug here: still ClickHouse's error format, never a bare 500
+        log.exception("query failed (%s) inside the endpoint", query_id)
+        return _error(
+            1001, f"Code: 1001. DB::Exception: {type(err).__name__}: {err}. (STD_EXCEPTION)", query_id
+        )
     return web.Response(body=outcome.body, headers=_headers(outcome, query_id, fmt))
+
+
+def _error(code: int, text: str, query_id: str) -> web.Response:
+    """ClickHouse's HTTP error: its status for the code, the text, X-ClickHouse-Exception-Code."""
+    return web.Response(
+        text=text + "\n",
+        status=_HTTP_STATUS.get(code, 500),
+        headers={"X-ClickHouse-Exception-Code": str(code), "X-ClickHouse-Query-Id": query_id},
+    )
 
 
 async def ping(_request: web.Request) -> web.Response:
