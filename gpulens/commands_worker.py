@@ -97,6 +97,16 @@ PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
     help="Process records this many event-time seconds behind their cluster's watermark.",
 )
 @click.option(
+    "--hold",
+    "hold_records",
+    type=click.IntRange(min=1),
+    default=50_000,
+    show_default=True,
+    help="Records held for event-time order past which input partitions running ahead in event "
+    "time are paused, so that a worker catching up on a backlog reads the others (watermarks "
+    "among them) first: bounds its memory.",
+)
+@click.option(
     "--shard",
     type=ShardType(),
     default="0/1",
@@ -123,6 +133,7 @@ def worker(
     pending_for: float,
     group_id: str,
     idle_ms: int,
+    hold_records: int,
     source_timeout_s: float,
     allowed_lateness_s: float,
     shard: Shard,
@@ -206,6 +217,7 @@ def worker(
         idle_ms=idle_ms,
         source_timeout_s=source_timeout_s,
         allowed_lateness_ms=round(allowed_lateness_s * 1000),
+        hold_records=hold_records,
         shard=shard,
     )
     StreamWorker(settings.kafka, codec, operators, options).run(stop)

@@ -90,6 +90,7 @@ LATE_STATE = Counter(
 WAITING = Gauge(
     "gpulens_worker_buffered_records", "Records buffered until their cluster's event time passes them."
 )
+WAITING_PEAK = Gauge("gpulens_worker_buffered_records_peak", "The most records buffered at once since start.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,9 @@ class WorkerOptions:
     """A source silent this long (wall time) stops holding its cluster's event time back."""
     allowed_lateness_ms: int = 0
     """Records are released this far behind their cluster's event time (from watermarks)."""
+    hold_records: int = 50_000
+    """Records held past which partitions running ahead in event time are paused
+    (:mod:`pipeline.alignment`)."""
     cycle_s: float = 1.0
     """Longest time between two transaction commits."""
     cycle_records: int = 20_000
@@ -184,10 +188,13 @@ class StreamWorker:
             ]
         )
         self._idle = IdlePartitions(self._consumer)
-        self._alignment = Alignment(self._consumer, self._ends, self._last_ms)
+        self._alignment = Alignment(
+            self._consumer, self._ends, self._last_ms, from_buffered=options.hold_records
+        )
         self._producer.init_transactions(30)
         self._checkpoint.begin()
         self._pending = 0
+        self._peak_buffered = 0
         self._commit(claim=True)  # before this incarnation publishes anything
         self.processed = 0
         """Records processed since start."""
@@ -283,6 +290,9 @@ class StreamWorker:
                 self._process(item, cluster)
         buffered = sum(m.buffered for m in self._merges.values())
         WAITING.set(buffered)
+        if buffered > self._peak_buffered:
+            self._peak_buffered = buffered
+            WAITING_PEAK.set(buffered)
         self._alignment.tick(buffered)
         if self._pending >= self._options.cycle_records or (
             self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s
