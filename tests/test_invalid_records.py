@@ -1,10 +1,11 @@
-"""Records that break the event model's rules, or reuse an event id with other content, never
-reach ClickHouse: the sink (a real consumer, real broker, real engine) dead-letters them with a
-reason and the field and value at fault, and the first record of an id is the one kept."""
+"""Records that break the event model's rules, or reuse an event id with other content, are
+dead-lettered where they are consumed: the sink (real broker, real engine) and the worker name
+the field and value at fault, and the sink keeps the first record of an id."""
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,10 +14,14 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from sink_support import SinkThread
 
+from pipeline.operators import StateOperator
+from pipeline.running import StreamWorker, WorkerOptions
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.models import DeadLetter, Record
-from schemas.topics import DLQ, GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
+from schemas.sharding import Shard
+from schemas.topic_admin import create_topics
+from schemas.topics import DLQ, GPU_SAMPLES, NODES, PODS, TopicSpec, entity_key, record_key
 
 
 @pytest.fixture
@@ -26,25 +31,35 @@ def sink(platform, codec, unique):
     running.stop()
 
 
-def dead_letters(platform, codec: AvroCodec, topics: set[str], expected: int) -> list[DeadLetter]:
-    """The dead letters from ``topics``, read from the DLQ's start until ``expected`` are there."""
-    consumer = Consumer(
+def dead_letters(
+    platform,
+    codec: AvroCodec,
+    topics: set[str],
+    expected: int,
+    *,
+    consumer: str | None = None,
+    timeout: float = 60,
+) -> list[DeadLetter]:
+    """The dead letters from ``topics`` (by ``consumer``, if given), read from the DLQ's start
+    until ``expected`` are there."""
+    create_topics(platform.kafka, [DLQ])  # else a subscription to it waits for a metadata refresh
+    reader = Consumer(
         platform.kafka.librdkafka(
             **{"group.id": f"dlq-check-{time.monotonic_ns()}", "auto.offset.reset": "earliest"}
         )
     )
-    consumer.subscribe([DLQ.name])
+    reader.subscribe([DLQ.name])
     letters: list[DeadLetter] = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     try:
         while len(letters) < expected and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 0.5):
+            for message in reader.consume(1000, 0.5):
                 if message.error() is None:
                     letter = codec.decode(DLQ, message.value())
-                    if letter.source_topic in topics:
+                    if letter.source_topic in topics and consumer in (None, letter.consumer):
                         letters.append(letter)
     finally:
-        consumer.close()
+        reader.close()
     return letters
 
 
@@ -137,3 +152,31 @@ def test_a_conflicting_duplicate_is_dead_lettered_and_the_first_record_kept(plat
     )
     assert kept.result_rows == [(first.phase, first.gpu_amount)]
     assert sink.scalar(f"SELECT count() FROM pod_events FINAL WHERE cluster = '{cluster}'") == 2
+
+
+def test_the_worker_dead_letters_records_breaking_the_models_rules(platform, codec, unique):
+    cluster = f"junk-{unique}"
+    shard = Shard(next(i for i in range(1000) if Shard(i, 1000).owns_cluster(cluster.encode())), 1000)
+    pod = example_events(cluster)[PODS]
+    producer = Producer(platform.kafka.librdkafka())
+    for changes in ({"gpu_amount": -1.0}, {"event_time": datetime(2200, 1, 1, tzinfo=UTC)}):
+        value = codec.encode_dict(PODS, {**pod.model_dump(), **changes})  # valid Avro, no model check
+        producer.produce(PODS.name, key=entity_key(cluster, pod.uid), value=value)
+    assert producer.flush(30) == 0
+    group = f"junk-{unique}"
+    worker = StreamWorker(
+        platform.kafka, codec, [StateOperator()], WorkerOptions(group_id=group, shard=shard)
+    )
+    stop = threading.Event()
+    running = threading.Thread(target=worker.run, args=(stop,))
+    running.start()
+    try:
+        letters = dead_letters(platform, codec, {PODS.name}, 2, consumer=group)
+    finally:
+        stop.set()
+        running.join(60)
+    assert not running.is_alive()
+    assert sorted((letter.reason, letter.detail.split(":")[0]) for letter in letters) == [
+        ("invalid-record", "PodEvent.event_time"),
+        ("invalid-record", "PodEvent.gpu_amount"),
+    ]
