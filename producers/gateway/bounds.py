@@ -64,22 +64,23 @@ def double(checks: Sequence[Any], *, finite: bool) -> bytes:
         return rb".{6}(?:[\x00-\xef].|[\xf0-\xff][^\x7f\xff])" if finite else rb".{8}"
     if bounds[Ge].ge != 0:
         raise Unsupported(f"ge={bounds[Ge].ge}")
-    top = float(bounds[Le].le) if Le in bounds else math.inf
-    if not top >= 0:  # NaN too
+    if Le not in bounds:  # the sign bit clear (and, finite, not every exponent bit set)
+        return rb".{6}(?:[\x00-\xef][\x00-\x7f]|[\xf0-\xff][\x00-\x7e])" if finite else rb".{7}[\x00-\x7f]"
+    top = float(bounds[Le].le)
+    if not 0 <= top < math.inf:  # NaN too
         raise Unsupported(f"le={top}")
-    if finite or Le in bounds:
-        top = min(top, 1.7976931348623157e308)  # the largest finite double
     return _at_most(struct.pack("<d", top))
 
 
 def _at_most(limit: bytes) -> bytes:
-    """Little-endian unsigned integers of ``len(limit)`` bytes at most ``limit``'s."""
-    alternatives = [re.escape(limit)]
-    for k in range(len(limit)):
+    """Little-endian unsigned integers of ``len(limit)`` bytes at most ``limit``'s; the likeliest
+    case first (a lower most significant byte), so that a typical value matches at once."""
+    alternatives = []
+    for k in reversed(range(len(limit))):
         if limit[k]:
             below = b"[\\x00-\\x%02x]" % (limit[k] - 1)
             alternatives.append(b".{%d}" % k + below + re.escape(limit[k + 1 :]))
-    return b"(?:" + b"|".join(alternatives) + b")"
+    return b"(?:" + b"|".join([*alternatives, re.escape(limit)]) + b")"
 
 
 _EVEN = b"".join(b"\\x%02x" % b for b in range(0, 128, 2))
