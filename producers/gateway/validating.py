@@ -38,6 +38,7 @@ from protos.gateway.v1 import ingest_pb2
 from schemas.avro_schema import committed
 from schemas.codec import AvroCodec
 from schemas.exceptions import DecodeError, IncompatibleSchemaError
+from schemas.models import Record
 from schemas.topics import CATALOG, DLQ, TopicSpec, record_key
 
 
@@ -122,7 +123,7 @@ class BatchValidator:
         if size > self._max_record_bytes:
             return RejectReason.TOO_LARGE, f"a record of {size} bytes, at most {self._max_record_bytes}"
         try:
-            record = self._codec.decode(spec, value)
+            record: Record = self._codec.decode(spec, value)
         except DecodeError as err:
             return RejectReason(err.reason.value), err.detail
         expected = record_key(spec, record)
