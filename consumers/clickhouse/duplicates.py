@@ -8,7 +8,7 @@ a producer bug; stored, it would silently replace the first row. The sink dead-l
 
 Detection horizon: the ids this sink process has seen most recently, between ``horizon // 2``
 and ``horizon`` of them (two generations of a dict: when the young one is full it becomes the
-old one and the previous old one is dropped), about 150 bytes each with the id (measured by
+old one and the previous old one is dropped), about 130 bytes each with the id (measured by
 ``bench.sink_throughput``). A conflict with an id older than that, or seen before the sink
 restarted, is not detected (the newer row replaces the older one, as before). Content is
 compared by a 64-bit hash of the record's bytes, under the same writer schema id only: a

@@ -62,7 +62,7 @@ class SinkSettings(BaseModel):
         default=500_000,
         ge=2,
         description=(
-            "Recent event ids remembered (about 100 bytes each) to dead-letter a conflicting duplicate "
+            "Recent event ids remembered (about 130 bytes each) to dead-letter a conflicting duplicate "
             "(same event_id, other content) and keep the first; older conflicts replace the row."
         ),
     )
