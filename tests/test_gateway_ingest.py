@@ -350,6 +350,7 @@ def test_a_message_that_is_not_an_event_batch_is_invalid_argument(gateway):
                     list(answer)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
             assert "undecodable-batch: the message is not an EventBatch" in refused.value.details()
+    assert rejected(gateway, "undecodable-batch") == 2
 
 
 def test_the_metrics_port_binds_loopback_unless_configured():

@@ -138,7 +138,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         await self._authenticate(context)
         accepted: list[_Accepted] = []
         try:
-            async for batch in _parsed(request_iterator):
+            async for batch in self._parsed(request_iterator):
                 accepted.append(await self._accept(batch))
             deadline = time.monotonic() + self._settings.ack_timeout_s
             for item in accepted:
@@ -182,12 +182,25 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         accepted: asyncio.Queue[_Accepted | GatewayError | None],
     ) -> None:
         try:
-            async for batch in _parsed(request_iterator):
+            async for batch in self._parsed(request_iterator):
                 accepted.put_nowait(await self._accept(batch))
         except GatewayError as err:
             accepted.put_nowait(err)  # the batches before it are still acked, then the call ends
             return
         accepted.put_nowait(None)
+
+    async def _parsed(
+        self, request_iterator: AsyncIterator[ingest_pb2.EventBatch]
+    ) -> AsyncIterator[ingest_pb2.EventBatch]:
+        """The call's batches; :class:`InvalidBatch` for a message that is not an EventBatch."""
+        try:
+            async for batch in request_iterator:
+                yield batch
+        except ProtobufDecodeError as err:
+            self._metrics.rejected.labels(RejectReason.UNDECODABLE_BATCH.value).inc()
+            raise InvalidBatch(
+                "", RejectReason.UNDECODABLE_BATCH, f"the message is not an EventBatch: {err}"
+            ) from err
 
     async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
         given = dict(context.invocation_metadata() or ()).get("authorization", "")
@@ -203,7 +216,9 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         await self._room(len(batch.events), size)  # from here on nothing awaits: no call interleaves
         self._metrics.batches_received.inc()
         self._metrics.events_received.inc(len(batch.events))
-        content = hash(batch.SerializeToString())  # the id is part of it: equal ids, equal events
+        # The id is part of it: under one id, equal hashes are equal events. A resend is the
+        # message the client kept, serialized alike (GatewayPublisher resends the same object).
+        content = hash(batch.SerializeToString())
         known = self._recent.get(batch.batch_id)
         if known is not None and known.content != content:
             self._metrics.rejected.labels(RejectReason.BATCH_ID_REUSED.value).inc()
@@ -270,19 +285,6 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
             self._metrics.unavailable.inc()
             raise GatewayUnavailable(f"batch {item.batch_id!r}: Kafka did not take it: {error}")
         self._metrics.ack_latency.observe(time.monotonic() - item.received_at)
-
-
-async def _parsed(
-    request_iterator: AsyncIterator[ingest_pb2.EventBatch],
-) -> AsyncIterator[ingest_pb2.EventBatch]:
-    """The call's batches; :class:`InvalidBatch` for a message that is not an EventBatch."""
-    try:
-        async for batch in request_iterator:
-            yield batch
-    except ProtobufDecodeError as err:
-        raise InvalidBatch(
-            "", RejectReason.UNDECODABLE_BATCH, f"the message is not an EventBatch: {err}"
-        ) from err
 
 
 async def _abort(context: grpc.aio.ServicerContext, err: GatewayError) -> None:
