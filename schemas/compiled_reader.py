@@ -280,7 +280,11 @@ class _Source:
         self._checks(out, var, checks, pad)
 
     def _checks(self, out: list[str], var: str, checks: list[Any], pad: str) -> None:
+        unique: list[Any] = []  # a field's constraints can repeat its Annotated type's (pydantic merges both)
         for check in checks:
+            if check not in unique:
+                unique.append(check)
+        for check in unique:
             if isinstance(check, AfterValidator) and check is _TIMESTAMP_CHECK:
                 continue
             if isinstance(check, MinLen):
