@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from sink_support import SinkThread
 
+from consumers.clickhouse.duplicates import DuplicateGuard
 from pipeline.operators import StateOperator
 from pipeline.running import StreamWorker, WorkerOptions
 from schemas.codec import AvroCodec
@@ -180,3 +181,18 @@ def test_the_worker_dead_letters_records_breaking_the_models_rules(platform, cod
         ("invalid-record", "PodEvent.event_time"),
         ("invalid-record", "PodEvent.gpu_amount"),
     ]
+
+
+def test_the_duplicate_check_remembers_a_bounded_horizon_of_ids(codec):
+    pods = [example_events("horizon")[PODS].model_copy(update={"event_id": f"e{i}"}) for i in range(10)]
+    guard = DuplicateGuard(horizon=4)
+    for pod in pods[:3]:
+        assert guard.conflict(pod, codec.encode(PODS, pod)) is None
+    changed = pods[0].model_copy(update={"phase": "Failed"})
+    assert guard.conflict(changed, codec.encode(PODS, changed)) is not None  # within the horizon
+    for pod in pods[3:]:
+        assert guard.conflict(pod, codec.encode(PODS, pod)) is None
+    # Seven ids later, e0 is past the horizon (between 2 and 4 ids): the conflict goes unseen.
+    assert guard.conflict(changed, codec.encode(PODS, changed)) is None
+    other_schema = b"\x00\xff\xff\xff\xff" + codec.encode(PODS, changed)[5:]
+    assert guard.conflict(changed, other_schema) is None  # bytes differ by schema: no conflict
