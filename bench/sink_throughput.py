@@ -7,15 +7,22 @@ size: publish N records on a private topic, start the sink from the beginning in
 database, and time until every row is in. The whole path is measured: consume, decode
 (Avro + validation), map, columnar insert over HTTP into the embedded chDB endpoint, commit.
 Sink, broker and ClickHouse share this machine's cores.
+
+Before the runs, the conflicting-duplicate check the sink makes per record
+(:class:`~consumers.clickhouse.duplicates.DuplicateGuard`) is timed alone on the same records:
+first sight (each id new) and a resend (each id known, same content), beside the decode of the
+same records for scale, with the memory it holds per remembered id.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +30,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
 
 from consumers.clickhouse.client import get_client
+from consumers.clickhouse.duplicates import DuplicateGuard
 from consumers.clickhouse.rows import rows_of
 from consumers.clickhouse.settings import SinkSettings
 from consumers.clickhouse.sinking import run_sink
@@ -105,6 +113,38 @@ def bench(
     )
 
 
+def guard_cost(codec: AvroCodec, spec: TopicSpec, records: list[Event]) -> str:
+    """Per-record time of the duplicate check on first sight and on a resend, and bytes per id."""
+    pairs = [(record, codec.encode(spec, record)) for record in records]
+    tracemalloc.start()
+    remembered = DuplicateGuard(horizon=2 * len(records))  # every id stays remembered
+    before = tracemalloc.get_traced_memory()[0]
+    for record, value in pairs:
+        remembered.conflict(record, value)
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    held += sum(sys.getsizeof(record.event_id) for record in records)  # the sink's records die, the ids stay
+    guard = DuplicateGuard(horizon=2 * len(records))
+    started = time.perf_counter()
+    for record, value in pairs:
+        guard.conflict(record, value)
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    conflicts = sum(guard.conflict(record, value) is not None for record, value in pairs)
+    again = time.perf_counter() - started
+    assert conflicts == 0
+    started = time.perf_counter()
+    for _record, value in pairs:
+        codec.decode(spec, value)
+    decode = time.perf_counter() - started
+    per = 1e6 / len(records)
+    return (
+        f"{spec.record.__name__:<15} duplicate check: {first * per:.2f} µs/record first seen, "
+        f"{again * per:.2f} µs/record resent (decoding it: {decode * per:.2f} µs), "
+        f"{held / len(records):.0f} bytes per remembered id (its event_id included)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=20_000, help="records per run")
@@ -112,6 +152,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory, private_platform(Path(directory)) as settings:
         codec = AvroCodec(registry_client(settings.registry.url))
         run = 0
+        for spec in (GPU_SAMPLES, PODS, NODES):
+            print(guard_cost(codec, spec, _records(spec, args.records)), flush=True)
         for spec in (GPU_SAMPLES, PODS, NODES):
             records = _records(spec, args.records)
             for batch_rows in (10_000, 100_000):

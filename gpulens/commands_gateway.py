@@ -33,7 +33,11 @@ def gateway(context: Context, port: int | None) -> None:
         raise ConfigError("gateway.tokens is empty: nobody could publish; set GPULENS_GATEWAY__TOKENS")
     server = Gateway(gateway_settings, settings.kafka, AvroCodec(registry_client(settings.registry.url)))
     if gateway_settings.metrics_port:
-        start_http_server(gateway_settings.metrics_port, registry=server.metrics.registry)
+        start_http_server(
+            gateway_settings.metrics_port,
+            addr=gateway_settings.metrics_host,
+            registry=server.metrics.registry,
+        )
 
     async def serve() -> None:
         stop = asyncio.Event()

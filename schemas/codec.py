@@ -11,6 +11,7 @@ import io
 import json
 import struct
 from contextlib import suppress
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -100,11 +101,7 @@ class AvroCodec:
         try:
             return model.model_validate(values)  # type: ignore[return-value]
         except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise DecodeError(
-                DecodeFailure.INVALID_RECORD, f"{model.__name__}.{where}: {first['msg']}"
-            ) from err
+            raise DecodeError(DecodeFailure.INVALID_RECORD, invalid_detail(model, err)) from err
 
     def decode_dict(self, topic: TopicSpec, data: bytes) -> dict[str, Any]:
         """The values in ``data`` resolved to the topic's current schema, without validation."""
@@ -164,6 +161,21 @@ class AvroCodec:
             self._texts[schema_id] = json.loads(text or "null")
             writer = self._writers[schema_id] = _parse(text or "")
         return writer
+
+
+_MAX_SHOWN = 80
+"""Characters of a refused value a detail shows (a dead letter keeps the whole record anyway)."""
+
+
+def invalid_detail(model: type[Record], err: ValidationError) -> str:
+    """``Model.field: why (value: ...)`` for the first rule ``err`` says a record broke."""
+    first = err.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"])
+    value = first["input"]
+    shown = value.isoformat() if isinstance(value, datetime) else repr(value)
+    if len(shown) > _MAX_SHOWN:
+        shown = shown[:_MAX_SHOWN] + "..."
+    return f"{model.__name__}.{where}: {first['msg']} (value: {shown})"
 
 
 def register(registry: SchemaRegistryClient, subject: str, schema_text: str) -> int:

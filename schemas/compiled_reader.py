@@ -5,7 +5,8 @@ GPUs (measured with garbage collection off: fastavro reads a file object field b
 pydantic re-checks types Avro already guarantees). For a body written with the model's own
 committed schema, the reader generated here (38 µs for that batch) reads the bytes with
 slices and ``struct`` and builds the model instances directly, checking only what Avro cannot
-guarantee: the models' constraints (``min_length``, ``ge``, ...), the way pydantic would.
+guarantee: the models' constraints (``min_length``, ``ge``, ...) and, where the model's config
+forbids them (every :class:`~schemas.models.Record`), no NaN or infinity, the way pydantic would.
 
 It is sound, not complete: it either returns what the exact path (fastavro, then
 ``model_validate``) would return, or gives up (:class:`NotCompiled`, or any exception while
@@ -32,9 +33,9 @@ from schemas.models import Record, Timestamp
 Reader = Callable[[bytes, int], Record]
 """Reads the body that starts at the offset; raises on anything it cannot read exactly."""
 
-_TIMESTAMP_CHECK = typing.get_args(Timestamp)[1]
+_TIMESTAMP_CHECK = next(m for m in typing.get_args(Timestamp)[1:] if isinstance(m, AfterValidator))
 """The AfterValidator of Timestamp: UTC, whole milliseconds, which an Avro timestamp-millis
-read as such already is."""
+read as such already is (its bounds are ``Ge``/``Lt`` constraints, checked as any other)."""
 
 _COMPARISONS = {Ge: ("ge", ">="), Gt: ("gt", ">"), Le: ("le", "<="), Lt: ("lt", "<")}
 
@@ -73,13 +74,13 @@ _MIN_RUN = 3
 
 
 def _runs(model: type[Record], hints: dict[str, Any]) -> list[list[str]]:
-    """The fields in order, grouped: runs of unconstrained optional doubles, others alone."""
+    """The fields in order, grouped: runs of optional doubles (with bounds at most), others alone."""
     groups: list[list[str]] = []
     in_run = False
     for field, info in model.model_fields.items():
         if info.alias not in (None, field):
             raise NotCompiled(f"{model.__name__}.{field} has an alias")
-        optional_double = hints[field] == float | None and not info.metadata
+        optional_double = hints[field] == float | None and all(type(m) in _COMPARISONS for m in info.metadata)
         if optional_double and in_run:
             groups[-1].append(field)
         else:
@@ -96,10 +97,13 @@ class _RunPatterns:
     """Readers of a run of optional doubles, one per null/non-null pattern, made when first seen.
 
     Each reads the union tags and values of its pattern with one ``struct`` call and answers
-    None unless every tag is exactly that pattern's (0: null, 2: a double follows).
+    None unless every tag is exactly that pattern's (0: null, 2: a double follows) and every
+    value present passes its field's checks (finite, within its bounds).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, checks: list[list[str]]) -> None:
+        self._checks = checks
+        """Per field of the run, conditions on ``{v}`` (its value) that must all hold."""
         self._made: dict[tuple[bool, ...], Callable[[bytes, int], tuple[Any, ...] | None]] = {}
 
     def __call__(self, pattern: tuple[bool, ...]) -> Callable[[bytes, int], tuple[Any, ...] | None]:
@@ -108,11 +112,13 @@ class _RunPatterns:
             reader = self._made[pattern] = self._make(pattern)
         return reader
 
-    @staticmethod
-    def _make(pattern: tuple[bool, ...]) -> Callable[[bytes, int], tuple[Any, ...] | None]:
+    def _make(self, pattern: tuple[bool, ...]) -> Callable[[bytes, int], tuple[Any, ...] | None]:
         layout = struct.Struct("<" + "".join("Bd" if present else "B" for present in pattern))
         unpacked = [f"t{i}, v{i}" if present else f"t{i}" for i, present in enumerate(pattern)]
         tags = " or ".join(f"t{i} != {2 if present else 0}" for i, present in enumerate(pattern))
+        for i, present in enumerate(pattern):
+            if present:
+                tags += "".join(f" or not ({check.format(v=f'v{i}')})" for check in self._checks[i])
         values = ", ".join(f"v{i}" if present else "None" for i, present in enumerate(pattern))
         source = [
             "def read(data, pos):",
@@ -142,6 +148,8 @@ class _Source:
     """The generated module: one function per record model."""
 
     def __init__(self) -> None:
+        self._finite = False
+        """Whether the record being generated refuses NaN and infinities (its config)."""
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self._functions: dict[type[Record], str] = {}
@@ -156,11 +164,12 @@ class _Source:
             raise NotCompiled(f"{model.__name__} has validators, private attributes or a post-init")
         name = self._functions[model] = f"_read_{model.__name__}"
         hints = typing.get_type_hints(model, include_extras=True)
+        outer, self._finite = self._finite, model.model_config.get("allow_inf_nan") is False
         body: list[str] = []
         names = list(model.model_fields)
         for run in _runs(model, hints):
             if len(run) >= _MIN_RUN:
-                self._speculative_run(body, run)
+                self._speculative_run(body, run, model)
                 continue
             for field in run:
                 self._value(body, f"f_{field}", hints[field], model.model_fields[field].metadata, "    ")
@@ -175,17 +184,26 @@ class _Source:
             "    return o, pos",
         ]
         self.lines += [f"def {name}(data, pos):", *body, ""]
+        self._finite = outer
         return name
 
-    def _speculative_run(self, out: list[str], run: list[str]) -> None:
+    def _speculative_run(self, out: list[str], run: list[str], model: type[Record]) -> None:
         """Optional doubles in a row: one ``struct`` call for the null/non-null pattern the last
-        record had, field by field when this one differs (then its pattern is the guess)."""
+        record had, field by field when this one differs or a value fails its checks (then its
+        pattern is the guess, or the checks raise)."""
         guess = self._constant([_nothing])
-        patterns = self._constant(_RunPatterns())
+        metadata = [model.model_fields[field].metadata for field in run]
+        finite = ["{v} - {v} == 0.0"] if self._finite else []  # x - x is NaN for NaN and infinities
+        checks = [
+            finite
+            + [f"{{v}} {_COMPARISONS[type(m)][1]} {getattr(m, _COMPARISONS[type(m)][0])!r}" for m in field]
+            for field in metadata
+        ]
+        patterns = self._constant(_RunPatterns(checks))
         names = [f"f_{field}" for field in run]
         out += [f"    r = {guess}[0](data, pos)", "    if r is None:"]
-        for var in names:
-            self._value(out, var, float | None, [], "        ")
+        for var, field_checks in zip(names, metadata, strict=True):
+            self._value(out, var, float | None, field_checks, "        ")
         present = ", ".join(f"{var} is not None" for var in names)
         out += [f"        {guess}[0] = {patterns}(({present},))", "    else:"]
         out.append(f"        {', '.join(names)}, pos = r")
@@ -234,6 +252,8 @@ class _Source:
             self._varint(out, var, pad)
         elif annotation is float:
             out += [f"{pad}{var} = _double(data, pos)[0]", f"{pad}pos += 8"]
+            if self._finite:  # x - x is NaN for NaN and infinities
+                out += [f"{pad}if {var} - {var} != 0.0:", f"{pad}    raise ValueError('not finite')"]
         elif annotation is bool:
             out += [
                 f"{pad}b = data[pos]",
@@ -260,7 +280,11 @@ class _Source:
         self._checks(out, var, checks, pad)
 
     def _checks(self, out: list[str], var: str, checks: list[Any], pad: str) -> None:
+        unique: list[Any] = []  # a field's constraints can repeat its Annotated type's (pydantic merges both)
         for check in checks:
+            if check not in unique:
+                unique.append(check)
+        for check in unique:
             if isinstance(check, AfterValidator) and check is _TIMESTAMP_CHECK:
                 continue
             if isinstance(check, MinLen):
@@ -269,8 +293,8 @@ class _Source:
                 out += [f"{pad}if len({var}) > {check.max_length!r}:", f"{pad}    raise ValueError('length')"]
             elif type(check) in _COMPARISONS:
                 attr, op = _COMPARISONS[type(check)]
-                bound = getattr(check, attr)
-                out += [f"{pad}if not {var} {op} {bound!r}:", f"{pad}    raise ValueError('bound')"]
+                bound = self._constant(getattr(check, attr))
+                out += [f"{pad}if not {var} {op} {bound}:", f"{pad}    raise ValueError('bound')"]
             else:
                 raise NotCompiled(f"constraint {check!r}")
 

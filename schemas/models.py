@@ -8,6 +8,13 @@ Conventions: times are UTC ``datetime`` (Avro ``timestamp-millis``); amounts of 
 floats because a shared GPU counts as its fraction; every event carries ``cluster``, a
 deterministic ``event_id`` (see :func:`schemas.ids.event_id`), its ``event_time`` and the
 ``source`` that observed it.
+
+Semantic rules (DESIGN.md, "Ranges every record obeys"): no number is NaN or infinite; amounts,
+sizes, counts and readings are never negative; utilization is a percentage (0 to 100); every
+time lies in [:data:`EARLIEST`, :data:`LATEST`). A record breaking one is refused wherever it
+enters (the gateway answers INVALID_ARGUMENT, consumers dead-letter it as ``invalid-record``).
+The time bound is a sanity bound of the model; the worker enforces a tighter one relative to
+each cluster's event time.
 """
 
 from __future__ import annotations
@@ -16,11 +23,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, ClassVar
 
+from annotated_types import Ge, Lt
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 __all__ = [
     "AVRO_ENUM_DEFAULTS",
+    "EARLIEST",
     "EVENT_TYPES",
+    "LATEST",
     "Address",
     "Alert",
     "AlertState",
@@ -40,6 +50,7 @@ __all__ = [
     "GpuSampleBatch",
     "NodeEvent",
     "NodeGpuAllocation",
+    "NonNegative",
     "OwnerReference",
     "PodCondition",
     "PodEvent",
@@ -61,14 +72,23 @@ def _utc_millis(value: datetime) -> datetime:
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
-Timestamp = Annotated[AwareDatetime, AfterValidator(_utc_millis)]
-"""A UTC instant with millisecond precision (Avro ``timestamp-millis``)."""
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+"""No time a record carries is earlier: a 1970 time is an unset clock or a zero, not an event."""
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+"""Every time a record carries is earlier: later ones are corrupt, and would make the worker
+build windows up to them."""
+
+Timestamp = Annotated[AwareDatetime, Ge(EARLIEST), Lt(LATEST), AfterValidator(_utc_millis)]
+"""A UTC instant with millisecond precision (Avro ``timestamp-millis``) in [EARLIEST, LATEST)."""
+
+NonNegative = Annotated[float, Ge(0)]
+"""An amount that cannot be below zero (GPUs per resource name)."""
 
 
 class Record(BaseModel):
-    """Base of every Avro record: frozen, strict about unknown fields."""
+    """Base of every Avro record: frozen, strict about unknown fields, every number finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
     avro_namespace: ClassVar[str] = "io.gpulens.v1"
 
 
@@ -120,14 +140,14 @@ class NodeEvent(Event):
     taints: list[Taint] = Field(default_factory=list, description="Node taints.")
     addresses: list[Address] = Field(default_factory=list, description="Node addresses.")
     labels: dict[str, str] = Field(default_factory=dict, description="Node labels.")
-    cpu_capacity_milli: int | None = Field(default=None, description="CPU capacity, millicores.")
-    cpu_allocatable_milli: int | None = Field(default=None, description="Allocatable CPU, millicores.")
-    memory_capacity_bytes: int | None = Field(default=None, description="Memory capacity, bytes.")
-    memory_allocatable_bytes: int | None = Field(default=None, description="Allocatable memory, bytes.")
-    gpu_capacity: dict[str, float] = Field(
+    cpu_capacity_milli: int | None = Field(default=None, ge=0, description="CPU capacity, millicores.")
+    cpu_allocatable_milli: int | None = Field(default=None, ge=0, description="Allocatable CPU, millicores.")
+    memory_capacity_bytes: int | None = Field(default=None, ge=0, description="Memory capacity, bytes.")
+    memory_allocatable_bytes: int | None = Field(default=None, ge=0, description="Allocatable memory, bytes.")
+    gpu_capacity: dict[str, NonNegative] = Field(
         default_factory=dict, description="Capacity per configured GPU resource name (amd.com/gpu, ...)."
     )
-    gpu_allocatable: dict[str, float] = Field(
+    gpu_allocatable: dict[str, NonNegative] = Field(
         default_factory=dict, description="Allocatable amount per configured GPU resource name."
     )
     gpu_model: str | None = Field(default=None, description="GPU model from the node's labels.")
@@ -187,7 +207,7 @@ class PodEvent(Event):
     name: str = Field(description="Pod name.")
     node: str | None = Field(default=None, description="Node the pod is bound to; null while pending.")
     phase: str = Field(description="Pending, Running, Succeeded, Failed or Unknown.")
-    gpu_resources: dict[str, float] = Field(
+    gpu_resources: dict[str, NonNegative] = Field(
         default_factory=dict, description="GPU amount per resource name, summed over containers."
     )
     gpu_amount: float = Field(ge=0, description="GPUs held (DESIGN.md definition; shares as fractions).")
@@ -195,8 +215,8 @@ class PodEvent(Event):
         default_factory=list, description="GPU models the pod may run on (empty: any)."
     )
     qos: str | None = Field(default=None, description="QoS class or priority tier.")
-    cpu_request_milli: int | None = Field(default=None, description="CPU requested, millicores.")
-    memory_request_bytes: int | None = Field(default=None, description="Memory requested, bytes.")
+    cpu_request_milli: int | None = Field(default=None, ge=0, description="CPU requested, millicores.")
+    memory_request_bytes: int | None = Field(default=None, ge=0, description="Memory requested, bytes.")
     conditions: list[PodCondition] = Field(default_factory=list, description="Pod conditions.")
     unschedulable_reason: str | None = Field(
         default=None, description="PodScheduled=False reason, e.g. Unschedulable."
@@ -249,7 +269,7 @@ class WorkloadEvent(Event):
     kind: str = Field(description="Kind.")
     parent_uid: str | None = Field(default=None, description="Owner's uid (ReplicaSet -> Deployment).")
     gpu_request: float = Field(default=0.0, ge=0, description="Template GPU amount x replicas/parallelism.")
-    replicas: int | None = Field(default=None, description="Desired replicas or parallelism.")
+    replicas: int | None = Field(default=None, ge=0, description="Desired replicas or parallelism.")
     status: WorkloadStatus = Field(description="Running, Done, Failed or Deleted.")
     labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
     creation_time: Timestamp | None = Field(default=None, description="metadata.creationTimestamp.")
@@ -263,7 +283,7 @@ class GpuDevice(Record):
     """Static inventory of one GPU (or MIG / partition) as amdsmi or NVML reports it."""
 
     device_id: str = Field(description="Stable id: UUID or serial; MIG devices have their own.")
-    index: int = Field(description="Index on the node as the driver numbers it.")
+    index: int = Field(ge=0, description="Index on the node as the driver numbers it.")
     vendor: str = Field(description="AMD or NVIDIA.")
     model: str = Field(description="Market name, e.g. AMD Instinct MI300X, NVIDIA H100 80GB HBM3.")
     uuid: str | None = Field(default=None, description="Driver UUID.")
@@ -272,7 +292,7 @@ class GpuDevice(Record):
     pci_device_id: str | None = Field(default=None, description="PCI device id, e.g. 0x74a1.")
     bdf: str | None = Field(default=None, description="PCI bus address, e.g. 0000:0c:00.0.")
     numa_node: int | None = Field(default=None, description="NUMA node.")
-    vram_total_bytes: int | None = Field(default=None, description="VRAM size, bytes.")
+    vram_total_bytes: int | None = Field(default=None, ge=0, description="VRAM size, bytes.")
     vbios_version: str | None = Field(default=None, description="VBIOS version.")
     driver_version: str | None = Field(default=None, description="Driver version.")
     firmware_version: str | None = Field(default=None, description="Main firmware version.")
@@ -284,7 +304,7 @@ class RdmaDevice(Record):
     """One RDMA/InfiniBand port from /sys/class/infiniband."""
 
     name: str = Field(description="Device name, e.g. mlx5_0.")
-    port: int = Field(description="Port number.")
+    port: int = Field(ge=0, description="Port number.")
     state: str | None = Field(default=None, description="Port state, e.g. ACTIVE.")
     physical_state: str | None = Field(default=None, description="Physical state, e.g. LinkUp.")
     link_layer: str | None = Field(default=None, description="InfiniBand or Ethernet.")
@@ -306,20 +326,20 @@ class GpuSample(Record):
     """Metrics of one GPU at one instant; unknown values are null."""
 
     device_id: str = Field(description="GpuDevice.device_id.")
-    index: int = Field(description="GPU index on the node.")
-    utilization_pct: float | None = Field(default=None, description="GFX/SM activity, percent.")
-    memory_used_bytes: int | None = Field(default=None, description="VRAM used, bytes.")
-    memory_total_bytes: int | None = Field(default=None, description="VRAM total, bytes.")
-    temperature_edge_c: float | None = Field(default=None, description="Edge/GPU temperature, C.")
-    temperature_junction_c: float | None = Field(default=None, description="Junction/hotspot, C.")
-    temperature_memory_c: float | None = Field(default=None, description="Memory temperature, C.")
-    power_watts: float | None = Field(default=None, description="Socket/board power, W.")
-    energy_joules: float | None = Field(default=None, description="Energy counter, J.")
-    sm_clock_mhz: float | None = Field(default=None, description="Graphics/SM clock, MHz.")
-    memory_clock_mhz: float | None = Field(default=None, description="Memory clock, MHz.")
-    pcie_bandwidth_mbps: float | None = Field(default=None, description="PCIe bandwidth, MB/s.")
-    ecc_correctable: int | None = Field(default=None, description="Correctable ECC errors (total).")
-    ecc_uncorrectable: int | None = Field(default=None, description="Uncorrectable ECC errors (total).")
+    index: int = Field(ge=0, description="GPU index on the node.")
+    utilization_pct: float | None = Field(default=None, ge=0, le=100, description="GFX/SM activity, percent.")
+    memory_used_bytes: int | None = Field(default=None, ge=0, description="VRAM used, bytes.")
+    memory_total_bytes: int | None = Field(default=None, ge=0, description="VRAM total, bytes.")
+    temperature_edge_c: float | None = Field(default=None, ge=0, description="Edge/GPU temperature, C.")
+    temperature_junction_c: float | None = Field(default=None, ge=0, description="Junction/hotspot, C.")
+    temperature_memory_c: float | None = Field(default=None, ge=0, description="Memory temperature, C.")
+    power_watts: float | None = Field(default=None, ge=0, description="Socket/board power, W.")
+    energy_joules: float | None = Field(default=None, ge=0, description="Energy counter, J.")
+    sm_clock_mhz: float | None = Field(default=None, ge=0, description="Graphics/SM clock, MHz.")
+    memory_clock_mhz: float | None = Field(default=None, ge=0, description="Memory clock, MHz.")
+    pcie_bandwidth_mbps: float | None = Field(default=None, ge=0, description="PCIe bandwidth, MB/s.")
+    ecc_correctable: int | None = Field(default=None, ge=0, description="Correctable ECC errors (total).")
+    ecc_uncorrectable: int | None = Field(default=None, ge=0, description="Uncorrectable ECC errors (total).")
 
 
 class GpuSampleBatch(Event):
@@ -373,9 +393,9 @@ class StorageEvent(Event):
     namespace: str | None = Field(default=None, description="Namespace of a PVC.")
     storage_class: str | None = Field(default=None, description="StorageClass.")
     mount_point: str | None = Field(default=None, description="Where it is mounted.")
-    capacity_bytes: int | None = Field(default=None, description="Capacity, bytes.")
-    used_bytes: int | None = Field(default=None, description="Used, bytes.")
-    available_bytes: int | None = Field(default=None, description="Available, bytes.")
+    capacity_bytes: int | None = Field(default=None, ge=0, description="Capacity, bytes.")
+    used_bytes: int | None = Field(default=None, ge=0, description="Used, bytes.")
+    available_bytes: int | None = Field(default=None, ge=0, description="Available, bytes.")
     labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
 
 

@@ -158,3 +158,16 @@ def test_missing_libraries_switch_collectors_off_and_rdma_keeps_working(
     # The RDMA collector alone still makes an inventory, and the broker acknowledged it.
     assert value("gpulens_agent_records_published_total", {"topic": "gpulens.devices.inventory.v1"}) == 1
     assert value("gpulens_agent_last_collection_timestamp_seconds", {"collector": "rdma"}) > 0
+
+
+def test_a_nan_or_infinite_reading_is_unknown_not_a_refused_batch():
+    gpu = mi300x(0)
+    gpu["activity"] = {**gpu["activity"], "gfx_activity": float("nan")}
+    collector = AmdCollector(FakeAmdSmi([gpu, mi300x(1)]))
+    collector.start()
+    try:
+        nan, fine = collector.samples()
+    finally:
+        collector.close()
+    assert nan.utilization_pct is None
+    assert fine.utilization_pct == 87.0

@@ -27,11 +27,12 @@ from schemas.codec import AvroCodec
 from schemas.compiled_reader import NotCompiled, compile_reader
 from schemas.examples import example_events
 from schemas.exceptions import DecodeError, DecodeFailure
-from schemas.models import GpuSampleBatch, PodEvent, Record
+from schemas.models import EARLIEST, LATEST, GpuSampleBatch, PodEvent, Record
 from schemas.topics import CATALOG, GPU_SAMPLES, PODS
 
 MODELS = sorted({spec.record for spec in CATALOG}, key=lambda model: model.__name__)
 _TEXT = string.ascii_letters + string.digits + "-_./:"
+ms = timedelta(milliseconds=1)
 
 
 @cache
@@ -92,8 +93,10 @@ class RandomRecords:
         if kind == "map":
             return {self._string(): self.value(schema["values"]) for _ in range(rng.choice((0, 1, 3)))}
         if schema.get("logicalType") == "timestamp-millis":
-            start = datetime(1971, 1, 1, tzinfo=UTC)
-            return start + timedelta(milliseconds=rng.randrange(0, 5_000_000_000_000))
+            if rng.random() < 0.1:  # the model's bounds, either side, or far outside them
+                edge = rng.choice((EARLIEST, LATEST)) + rng.choice((-1, 0, 1)) * timedelta(milliseconds=1)
+                return rng.choice((edge, datetime(1971, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC)))
+            return EARLIEST + timedelta(milliseconds=rng.randrange(0, int((LATEST - EARLIEST) / ms)))
         return self._primitive(kind)
 
     def _primitive(self, kind: str) -> Any:
@@ -111,7 +114,8 @@ class RandomRecords:
                 (0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**63 - 1, -(2**63), rng.randrange(-999, 999))
             )
         if kind in ("double", "float"):
-            return rng.choice((0.0, -0.0, 1.5, -2.25, 1e300, -1e-300, math.inf, rng.uniform(-1e6, 1e6)))
+            edges = (0.0, -0.0, 1.5, 100.0, 100.5, -2.25, 1e300, -1e-300, math.inf, -math.inf, math.nan)
+            return rng.choice((*edges, rng.uniform(-1e6, 1e6), rng.uniform(0, 100), rng.uniform(0, 100)))
         raise AssertionError(f"no random {kind}")
 
     def _string(self) -> str:

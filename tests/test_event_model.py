@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from datetime import UTC, datetime, timedelta, timezone
 
 import fastavro
@@ -12,8 +13,18 @@ from pydantic import ValidationError
 
 from schemas.avro_schema import committed, derive, render, schema_path
 from schemas.examples import example_events
-from schemas.models import EVENT_TYPES, ChangeType, DeadLetter, NodeEvent, PodEvent, Record
-from schemas.topics import CATALOG, PODS
+from schemas.models import (
+    EARLIEST,
+    EVENT_TYPES,
+    LATEST,
+    ChangeType,
+    DeadLetter,
+    GpuSampleBatch,
+    NodeEvent,
+    PodEvent,
+    Record,
+)
+from schemas.topics import CATALOG, GPU_SAMPLES, PODS
 
 ALL_RECORDS: tuple[type[Record], ...] = tuple(spec.record for spec in CATALOG)
 
@@ -77,3 +88,75 @@ def test_holds_gpus_follows_the_design_definition() -> None:
     assert not running.model_copy(update={"phase": "Succeeded"}).holds_gpus
     assert not running.model_copy(update={"node": None}).holds_gpus
     assert not running.model_copy(update={"type": ChangeType.DELETED}).holds_gpus
+
+
+def _sample_with(**changes: object) -> dict[str, object]:
+    batch = example_events()[GPU_SAMPLES].model_dump()
+    return {**batch, "samples": [{**batch["samples"][0], **changes}]}
+
+
+@pytest.mark.parametrize(
+    ("record", "values", "field", "why"),
+    [
+        (
+            GpuSampleBatch,
+            _sample_with(utilization_pct=math.nan),
+            "samples.0.utilization_pct",
+            "finite number",
+        ),
+        (GpuSampleBatch, _sample_with(power_watts=math.inf), "samples.0.power_watts", "finite number"),
+        (
+            GpuSampleBatch,
+            _sample_with(utilization_pct=-0.5),
+            "samples.0.utilization_pct",
+            "greater than or equal to 0",
+        ),
+        (
+            GpuSampleBatch,
+            _sample_with(utilization_pct=100.5),
+            "samples.0.utilization_pct",
+            "less than or equal to 100",
+        ),
+        (
+            GpuSampleBatch,
+            _sample_with(temperature_edge_c=-3.0),
+            "samples.0.temperature_edge_c",
+            "greater than or",
+        ),
+        (
+            GpuSampleBatch,
+            _sample_with(memory_used_bytes=-1),
+            "samples.0.memory_used_bytes",
+            "greater than or",
+        ),
+        (PodEvent, {"gpu_resources": {"amd.com/gpu": -1.0}}, "gpu_resources.amd.com/gpu", "greater than or"),
+        (PodEvent, {"gpu_amount": math.inf}, "gpu_amount", "finite number"),
+        (
+            PodEvent,
+            {"event_time": datetime(1970, 1, 1, tzinfo=UTC)},
+            "event_time",
+            "greater than or equal to 2000",
+        ),
+        (PodEvent, {"creation_time": datetime(2200, 1, 1, tzinfo=UTC)}, "creation_time", "less than 2100"),
+        (NodeEvent, {"gpu_allocatable": {"amd.com/gpu": math.nan}}, "gpu_allocatable.amd.com/gpu", "finite"),
+    ],
+)
+def test_values_breaking_the_documented_ranges_are_refused_naming_the_field(
+    record: type[Record], values: dict[str, object], field: str, why: str
+) -> None:
+    topic = next(spec for spec in example_events() if spec.record is record)
+    with pytest.raises(ValidationError) as refused:
+        record.model_validate({**example_events()[topic].model_dump(), **values})
+    [error] = refused.value.errors()
+    assert ".".join(str(p) for p in error["loc"]) == field
+    assert why in error["msg"]
+
+
+def test_the_bounds_themselves_are_valid() -> None:
+    batch = example_events()[GPU_SAMPLES]
+    edge = {"utilization_pct": 100.0, "power_watts": 0.0, "temperature_edge_c": 0.0}
+    assert (
+        GpuSampleBatch.model_validate({**_sample_with(**edge), "event_time": EARLIEST}).event_time == EARLIEST
+    )
+    latest = LATEST - timedelta(milliseconds=1)
+    assert GpuSampleBatch.model_validate({**batch.model_dump(), "event_time": latest}).event_time == latest

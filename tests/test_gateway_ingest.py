@@ -24,13 +24,17 @@ from producers.gateway import (
     Gateway,
     GatewayClientSettings,
     GatewayPublisher,
+    GatewaySettings,
     running_gateway,
 )
 from producers.publishing import PublishError
 from protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
 from schemas.codec import AvroCodec
+from schemas.examples import example_events
+from schemas.models import PodEvent
 from schemas.settings import KafkaSettings
-from schemas.topics import CATALOG, DLQ, GPU_SAMPLES, TopicSpec, entity_key
+from schemas.topic_admin import create_topics
+from schemas.topics import CATALOG, DLQ, GPU_SAMPLES, PODS, TopicSpec, entity_key, record_key
 
 
 def batch(codec: AvroCodec, topic: TopicSpec, batch_id: str, count: int) -> ingest_pb2.EventBatch:
@@ -278,3 +282,76 @@ def test_with_tls_an_agent_trusting_the_ca_is_served_and_a_plaintext_one_is_not(
         finally:
             plaintext.close()
     assert event_ids(platform.kafka, codec, topic) == {"over-tls": 1}
+
+
+def test_an_event_breaking_the_models_rules_is_refused_naming_the_field(platform, codec, unique):
+    pods = TopicSpec(f"test.gateway.pods.{unique}", PodEvent, "uid", 2)
+    create_topics(platform.kafka, [pods])
+    good = example_events("gateway-rules")[PODS]
+    negative = good.model_copy(update={"event_id": "negative", "uid": "pod-negative"})
+    events = [
+        ingest_pb2.Event(topic=pods.name, key=record_key(pods, good), value=codec.encode(pods, good)),
+        ingest_pb2.Event(
+            topic=pods.name,
+            key=record_key(pods, negative),
+            value=codec.encode_dict(pods, {**negative.model_dump(), "gpu_amount": -2.0}),  # no model check
+        ),
+    ]
+    with (
+        running_gateway(Gateway(gateway_settings(), platform.kafka, codec, topics=[pods])) as gateway,
+        grpc.insecure_channel(f"127.0.0.1:{gateway.port}") as channel,
+    ):
+        stub = ingest_pb2_grpc.IngestStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Publish(
+                iter([ingest_pb2.EventBatch(batch_id="rules", events=events)]), metadata=AUTH, timeout=10
+            )
+        assert rejected(gateway, "invalid-record") == 1
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "event 1: invalid-record: " in refused.value.details()
+    assert "PodEvent.gpu_amount: Input should be greater than or equal to 0" in refused.value.details()
+    assert "(value: -2.0)" in refused.value.details()
+    assert event_ids(platform.kafka, codec, pods) == {}  # nothing of the batch was published
+
+
+def test_a_batch_id_sent_again_with_other_events_is_refused_and_a_true_resend_still_acked(
+    stub, gateway, platform, codec, topic
+):
+    first = batch(codec, topic, "reused", 5)
+    other = batch(codec, topic, "other", 5)
+    other.batch_id = "reused"
+    assert stub.Publish(iter([first]), metadata=AUTH, timeout=10).events == 5
+    for call in (stub.Publish, stub.Stream):
+        with pytest.raises(grpc.RpcError) as refused:
+            answer = call(iter([other]), metadata=AUTH, timeout=10)
+            if call is stub.Stream:
+                list(answer)
+        assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert "'reused' was already sent with other events" in refused.value.details()
+        assert dict(refused.value.trailing_metadata())[BATCH_ID_METADATA] == "reused"
+    resent = stub.Publish(iter([first]), metadata=AUTH, timeout=10)
+    assert (resent.events, resent.duplicates) == (5, 1)
+    assert rejected(gateway, "batch-id-reused") == 2
+    published = event_ids(platform.kafka, codec, topic)
+    assert published == {f"reused-{i}": 1 for i in range(5)}  # the first events, once
+
+
+def test_a_message_that_is_not_an_event_batch_is_invalid_argument(gateway):
+    with grpc.insecure_channel(f"127.0.0.1:{gateway.port}") as channel:
+        for method in ("Publish", "Stream"):
+            call = (channel.stream_unary if method == "Publish" else channel.stream_stream)(
+                f"/gpulens.gateway.v1.Ingest/{method}",
+                request_serializer=bytes,
+                response_deserializer=ingest_pb2.PublishSummary.FromString,
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                answer = call(iter([b"\x0a\x05ab"]), metadata=AUTH, timeout=10)
+                if method == "Stream":
+                    list(answer)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+            assert "undecodable-batch: the message is not an EventBatch" in refused.value.details()
+    assert rejected(gateway, "undecodable-batch") == 2
+
+
+def test_the_metrics_port_binds_loopback_unless_configured():
+    assert GatewaySettings().metrics_host == "127.0.0.1"

@@ -9,9 +9,9 @@ the codec, then the record's key.
 
 from __future__ import annotations
 
+import math
 import random
-from types import SimpleNamespace
-from typing import cast
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from avro_damage import damaged
@@ -22,8 +22,8 @@ from protos.gateway.v1 import ingest_pb2
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.exceptions import DecodeError
-from schemas.models import Record
-from schemas.topics import NODES, PODS, STORAGE, TopicSpec, record_key
+from schemas.models import EARLIEST, LATEST, Record
+from schemas.topics import GPU_SAMPLES, NODES, PODS, STORAGE, TopicSpec, record_key
 
 TOPICS = list(example_events())
 """The topics agents and watchers send: every one schemas.examples has a record for."""
@@ -35,12 +35,12 @@ def encoded(codec: AvroCodec, spec: TopicSpec) -> tuple[bytes, bytes]:
 
 
 def exactly_publishable(codec: AvroCodec, spec: TopicSpec, key: bytes, value: bytes) -> bool:
-    """The reference verdict: the value decodes whole and the key is its record's."""
+    """The reference verdict: the value decodes whole to a valid record and the key is its record's."""
     try:
-        values = codec.decode_dict(spec, value)
+        record = codec.decode(spec, value)
     except DecodeError:
         return False
-    return key == record_key(spec, cast(Record, SimpleNamespace(**values)))
+    return key == record_key(spec, record)
 
 
 def verdict(validator: BatchValidator, spec: TopicSpec, key: bytes, value: bytes) -> bool:
@@ -109,3 +109,34 @@ def test_a_good_batch_comes_back_by_topic_in_the_order_sent(codec: AvroCodec) ->
         ],
         NODES.name: [{"key": events[1][1], "value": events[1][2]}],
     }
+
+
+def _edges(spec: TopicSpec, record: Record) -> list[Record]:
+    """Copies of ``record`` with values at and beyond the model's bounds (times, amounts, %)."""
+    ms = timedelta(milliseconds=1)
+    times = [
+        EARLIEST - ms,
+        EARLIEST,
+        EARLIEST + timedelta(days=200),
+        LATEST - ms,
+        LATEST,
+        datetime(2039, 9, 8, tzinfo=UTC),
+    ]
+    copies: list[Record] = [record.model_construct(**{**dict(record), "event_time": t}) for t in times]
+    if spec is GPU_SAMPLES:
+        sample = record.samples[0]  # type: ignore[attr-defined]
+        for pct in (0.0, -0.0, 100.0, 100.00000000000001, -1e-300, math.nan, math.inf, 5e-324):
+            bad = sample.model_construct(**{**dict(sample), "utilization_pct": pct, "power_watts": pct})
+            copies.append(record.model_construct(**{**dict(record), "samples": [bad]}))
+    return copies
+
+
+@pytest.mark.parametrize("spec", [NODES, PODS, GPU_SAMPLES, STORAGE], ids=lambda s: s.name)
+def test_values_at_the_models_bounds_get_the_verdict_of_an_exact_decode(
+    codec: AvroCodec, spec: TopicSpec
+) -> None:
+    validator = BatchValidator(codec)
+    record = example_events("validation")[spec]
+    for copy in _edges(spec, record):
+        key, value = record_key(spec, copy), codec.encode_dict(spec, copy.model_dump())
+        assert verdict(validator, spec, key, value) == exactly_publishable(codec, spec, key, value), copy

@@ -337,7 +337,7 @@ def _served_ports(container: Container, settings: GPULensSettings) -> set[int]:
     if name == "gateway":
         ports.add((settings.gateway.host, params["port"] or settings.gateway.port))
         if settings.gateway.metrics_port:
-            ports.add(("0.0.0.0", settings.gateway.metrics_port))
+            ports.add((settings.gateway.metrics_host, settings.gateway.metrics_port))
     if name == "exporter":
         ports.add((params["host"] or settings.exporter.host, params["port"] or settings.exporter.port))
     if name in ("sink", "worker") and params["metrics_port"] is not None:

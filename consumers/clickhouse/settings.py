@@ -58,3 +58,11 @@ class SinkSettings(BaseModel):
         default=30, ge=1, description="Days gpu_samples rows are kept (the table's TTL, applied by migrate)."
     )
     group_id: str = Field(default="gpulens-clickhouse-sink", min_length=1, description="Consumer group.")
+    duplicate_horizon: int = Field(
+        default=500_000,
+        ge=2,
+        description=(
+            "Recent event ids remembered (about 130 bytes each) to dead-letter a conflicting duplicate "
+            "(same event_id, other content) and keep the first; older conflicts replace the row."
+        ),
+    )

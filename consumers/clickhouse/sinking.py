@@ -6,7 +6,9 @@ a batch bounded by rows and age. A batch is written table by table, and the Kafk
 everything in it are committed only after ClickHouse accepted every insert. A crash between
 the two re-delivers the batch: ReplacingMergeTree keys (versions, event ids) store it once,
 and a retried insert carries the same ``insert_deduplication_token`` (built from the batch's
-topic/partition/offset ranges), which the engine honours for these tables.
+topic/partition/offset ranges), which the engine honours for these tables. A producer event
+whose ``event_id`` the sink saw recently with other content is dead-lettered as
+``conflicting-duplicate`` instead (:mod:`consumers.clickhouse.duplicates`): the first row stays.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 from prometheus_client import Counter, Histogram
 
 from consumers.clickhouse.client import get_client
+from consumers.clickhouse.duplicates import CONFLICTING_DUPLICATE, DuplicateGuard
 from consumers.clickhouse.exceptions import SinkError
 from consumers.clickhouse.migrating import migrate
 from consumers.clickhouse.rows import SINK_TOPICS, Row, Table, rows_of
@@ -89,6 +92,7 @@ class ClickHouseSink:
         self._writer = writer
         self._settings = settings
         self._batch = Batch()
+        self._duplicates = DuplicateGuard(settings.duplicate_horizon)
 
     def run(self, stop: threading.Event) -> None:
         """Sink until ``stop`` is set, then write and commit the batch in hand."""
@@ -103,7 +107,11 @@ class ClickHouseSink:
         """Poll once; write the batch when it is full or due."""
         room = max(self._settings.batch_rows - self._batch.row_count, 1)
         for item in self._consumer.poll(min(room, 5_000), timeout):
-            self._batch.add(item)
+            conflict = self._duplicates.conflict(item.record, item.value)
+            if conflict is None:
+                self._batch.add(item)
+            else:
+                self._consumer.dead_letter(item, CONFLICTING_DUPLICATE, conflict)
         if self._batch.ready(self._settings):
             self.flush()
 

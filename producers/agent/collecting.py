@@ -8,6 +8,7 @@ collector off with one log line and carries on with the others.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -70,8 +71,11 @@ def optional(errors: tuple[type[BaseException], ...], call: Callable[..., Any], 
 
 
 def number(value: Any) -> float | None:
-    """A reading as a float; None for the libraries' "N/A" strings and other non-numbers."""
+    """A reading as a float; None for the libraries' "N/A" strings, other non-numbers, NaN and
+    infinities (which the event model refuses: one such reading must not cost the whole batch)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return float(value)
 

@@ -6,7 +6,13 @@ acknowledged every record; :class:`GatewayPublisher` is the client side, a stand
 ``producers.publishing.EventPublisher`` (``agent.transport = "gateway"``).
 """
 
-from producers.gateway.exceptions import GatewayError, GatewayUnavailable, InvalidBatch, RejectReason
+from producers.gateway.exceptions import (
+    BatchIdReused,
+    GatewayError,
+    GatewayUnavailable,
+    InvalidBatch,
+    RejectReason,
+)
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.publishing import GatewayPublisher
 from producers.gateway.serving import BATCH_ID_METADATA, Gateway, running_gateway
@@ -15,6 +21,7 @@ from producers.gateway.validating import BatchValidator
 
 __all__ = [
     "BATCH_ID_METADATA",
+    "BatchIdReused",
     "BatchValidator",
     "Gateway",
     "GatewayClientSettings",

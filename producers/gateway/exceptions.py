@@ -3,6 +3,7 @@
     GPULensError
     └── GatewayError
         ├── InvalidBatch         a batch breaks the rules (INVALID_ARGUMENT); nothing of it is published
+        ├── BatchIdReused        a known batch id with other events (ALREADY_EXISTS); nothing is published
         └── GatewayUnavailable   Kafka did not acknowledge a batch in time (UNAVAILABLE); resend it
 
 grpc errors are translated where they enter: in :mod:`producers.gateway.serving` into status
@@ -34,6 +35,13 @@ class RejectReason(StrEnum):
     BAD_MAGIC = "bad-magic-byte"
     UNKNOWN_SCHEMA_ID = "unknown-schema-id"
     AVRO_DECODE = "avro-decode-error"
+    INVALID_RECORD = "invalid-record"
+    """Valid Avro whose values break the event model's rules (a negative amount, NaN, a time
+    out of bounds)."""
+    UNDECODABLE_BATCH = "undecodable-batch"
+    """The gRPC message is not an EventBatch (protobuf that does not parse)."""
+    BATCH_ID_REUSED = "batch-id-reused"
+    """A batch id already published with other events."""
 
 
 class InvalidBatch(GatewayError):
@@ -45,6 +53,18 @@ class InvalidBatch(GatewayError):
         self.batch_id = batch_id
         self.reason = reason
         self.index = index
+
+
+class BatchIdReused(GatewayError):
+    """A batch id the gateway published already, sent again with other events: a client bug
+    (acking it would drop the new events, publishing it would break the resend guarantee)."""
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(
+            f"batch {batch_id!r} was already sent with other events; "
+            "a batch id names one set of events: send new events under a new id"
+        )
+        self.batch_id = batch_id
 
 
 class GatewayUnavailable(GatewayError):

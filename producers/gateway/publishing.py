@@ -33,6 +33,8 @@ from schemas.codec import AvroCodec
 log = logging.getLogger(__name__)
 
 _PERMANENT = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+_REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS)
+"""Answers that refuse one batch (named in the trailing metadata): it fails, the rest are resent."""
 
 
 @dataclass
@@ -206,7 +208,7 @@ class GatewayPublisher(BasePublisher):
         details = error.details() if isinstance(error, grpc.Call) else "the gateway ended the stream"
         if code in _PERMANENT:
             self._fail(list(self._unacked), KafkaError._AUTHENTICATION, f"{code}: {details}")
-        elif code == grpc.StatusCode.INVALID_ARGUMENT and isinstance(error, grpc.Call):
+        elif code in _REFUSED and isinstance(error, grpc.Call):
             refused = dict(error.trailing_metadata() or ()).get(BATCH_ID_METADATA)
             self._fail([str(refused)], KafkaError._INVALID_ARG, f"refused by the gateway: {details}")
         else:

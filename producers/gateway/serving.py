@@ -8,10 +8,15 @@ failed. No other thread takes the GIL per record (a poll thread cost a third of 
 in handing it back and forth). A batch is produced only once the producer's queue has room for
 all of it, so that none of it can be refused at enqueue while the rest goes out.
 
-Exactly once per gateway: the ids of recent batches are remembered with their delivery. A
-batch sent again whose records are still in flight waits for those, one already acknowledged
-is acked again without publishing, and only one whose records the producer gave up on is
-published again. A gateway restart forgets the ids; sinks dedup on ``event_id`` for that.
+Exactly once per gateway: the ids of recent batches are remembered with their delivery and a
+hash of their events. A batch sent again whose records are still in flight waits for those,
+one already acknowledged is acked again without publishing, and only one whose records the
+producer gave up on is published again. A known id with other events is a client bug and is
+refused (ALREADY_EXISTS), never acked as a resend. A gateway restart forgets the ids; sinks
+dedup on ``event_id`` for that.
+
+A message that does not parse as an EventBatch is refused with INVALID_ARGUMENT: grpc hands
+the parse error to the handler's request iterator, where it is translated.
 """
 
 from __future__ import annotations
@@ -29,8 +34,15 @@ from functools import partial
 
 import grpc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from google.protobuf.message import DecodeError as ProtobufDecodeError
 
-from producers.gateway.exceptions import GatewayError, GatewayUnavailable, InvalidBatch, RejectReason
+from producers.gateway.exceptions import (
+    BatchIdReused,
+    GatewayError,
+    GatewayUnavailable,
+    InvalidBatch,
+    RejectReason,
+)
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.settings import GatewaySettings
 from producers.gateway.validating import BatchValidator, Checked
@@ -43,7 +55,7 @@ from schemas.topics import CATALOG, TopicSpec
 log = logging.getLogger(__name__)
 
 BATCH_ID_METADATA = "gpulens-batch-id"
-"""Trailing metadata of an INVALID_ARGUMENT answer: the id of the batch that was refused."""
+"""Trailing metadata of an INVALID_ARGUMENT or ALREADY_EXISTS answer: the id of the batch refused."""
 
 
 _QUEUE_MESSAGES = 500_000
@@ -61,10 +73,12 @@ _IDLE_POLL_S = 0.05
 class _Delivery:
     """The records of one batch on their way to the broker; settles once, on the event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, count: int, size: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int, size: int, content: int) -> None:
         self.count = count
         self.size = size
         """Bytes of the batch as it arrived: an upper bound of what it holds in the producer."""
+        self.content = content
+        """Hash of the batch's serialized events: a resend has the same, a reused id another."""
         self.future: asyncio.Future[str | None] = loop.create_future()
         """Settles with ``None`` once every record is acknowledged, else the first error."""
         self._left = count
@@ -124,7 +138,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         await self._authenticate(context)
         accepted: list[_Accepted] = []
         try:
-            async for batch in request_iterator:
+            async for batch in self._parsed(request_iterator):
                 accepted.append(await self._accept(batch))
             deadline = time.monotonic() + self._settings.ack_timeout_s
             for item in accepted:
@@ -168,12 +182,25 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         accepted: asyncio.Queue[_Accepted | GatewayError | None],
     ) -> None:
         try:
-            async for batch in request_iterator:
+            async for batch in self._parsed(request_iterator):
                 accepted.put_nowait(await self._accept(batch))
         except GatewayError as err:
             accepted.put_nowait(err)  # the batches before it are still acked, then the call ends
             return
         accepted.put_nowait(None)
+
+    async def _parsed(
+        self, request_iterator: AsyncIterator[ingest_pb2.EventBatch]
+    ) -> AsyncIterator[ingest_pb2.EventBatch]:
+        """The call's batches; :class:`InvalidBatch` for a message that is not an EventBatch."""
+        try:
+            async for batch in request_iterator:
+                yield batch
+        except ProtobufDecodeError as err:
+            self._metrics.rejected.labels(RejectReason.UNDECODABLE_BATCH.value).inc()
+            raise InvalidBatch(
+                "", RejectReason.UNDECODABLE_BATCH, f"the message is not an EventBatch: {err}"
+            ) from err
 
     async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
         given = dict(context.invocation_metadata() or ()).get("authorization", "")
@@ -189,7 +216,13 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         await self._room(len(batch.events), size)  # from here on nothing awaits: no call interleaves
         self._metrics.batches_received.inc()
         self._metrics.events_received.inc(len(batch.events))
+        # The id is part of it: under one id, equal hashes are equal events. A resend is the
+        # message the client kept, serialized alike (GatewayPublisher resends the same object).
+        content = hash(batch.SerializeToString())
         known = self._recent.get(batch.batch_id)
+        if known is not None and known.content != content:
+            self._metrics.rejected.labels(RejectReason.BATCH_ID_REUSED.value).inc()
+            raise BatchIdReused(batch.batch_id)
         if known is not None and not known.failed:
             self._metrics.duplicates.inc()
             return _Accepted(batch.batch_id, known, True, received_at)
@@ -200,7 +233,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
             raise
         except RegistryError as err:  # not the batch's fault: the client sends it again later
             raise GatewayUnavailable(f"batch {batch.batch_id!r}: {err}") from err
-        delivery = _Delivery(asyncio.get_running_loop(), len(batch.events), size)
+        delivery = _Delivery(asyncio.get_running_loop(), len(batch.events), size, content)
         delivery.future.add_done_callback(partial(self._settled, delivery))
         self._queued_bytes += size
         self._produce(checked, delivery)
@@ -256,10 +289,13 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
 
 async def _abort(context: grpc.aio.ServicerContext, err: GatewayError) -> None:
     """End the call with the status code that says what the client should do about ``err``."""
-    if isinstance(err, InvalidBatch):
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT, str(err), trailing_metadata=((BATCH_ID_METADATA, err.batch_id),)
+    if isinstance(err, InvalidBatch | BatchIdReused):
+        code = (
+            grpc.StatusCode.INVALID_ARGUMENT
+            if isinstance(err, InvalidBatch)
+            else grpc.StatusCode.ALREADY_EXISTS
         )
+        await context.abort(code, str(err), trailing_metadata=((BATCH_ID_METADATA, err.batch_id),))
     await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
 
 

@@ -47,6 +47,11 @@ class GatewaySettings(BaseModel):
     metrics_port: int = Field(
         default=9403, ge=0, le=65535, description="Port of the gateway's Prometheus metrics; 0 turns it off."
     )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Address the metrics port binds (0.0.0.0: every interface, for a scraper elsewhere).",
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:

@@ -2,15 +2,16 @@
 
 A value is publishable when a consumer can decode it: the Confluent wire format, a schema id
 the registry knows, an Avro body that resolves to the topic's record schema with nothing left
-over; and its key must be the one :func:`schemas.topics.record_key` gives that record. The
-model's own rules (pydantic validators) are not run here: a consumer that meets such a record
-dead-letters it as ``invalid-record`` like any other.
+over, values that keep the event model's rules (finite numbers, ranges, time bounds: what a
+consumer would otherwise dead-letter as ``invalid-record``); and its key must be the one
+:func:`schemas.topics.record_key` gives that record.
 
 Decoding every event with fastavro costs ~15 µs each (it reads a file object byte by byte),
 three times the gateway's whole budget per event. So each topic's own schema (the id under
 which its committed schema is registered) is compiled once into a regular expression of its
 encoding: header, varints, enum and union indexes, and strings of up to 127 ASCII bytes with
-their length prefixes spelled out; arrays and maps are walked block by block, their items
+their length prefixes spelled out, numbers and times within the model's bounds
+(:mod:`producers.gateway.bounds`); arrays and maps are walked block by block, their items
 matched by the item's expression. The expression only matches bodies that decode (it is
 sound, not complete: timestamps it cannot prove in range, longer or non-ASCII strings, other
 schema ids, any other shape), and whatever it does not match is decoded exactly, so a verdict
@@ -22,14 +23,16 @@ from __future__ import annotations
 import json
 import re
 import struct
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from types import SimpleNamespace
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 import fastavro
+from pydantic import BaseModel
 
+from producers.gateway import bounds
 from producers.gateway.exceptions import InvalidBatch, RejectReason
 from protos.gateway.v1 import ingest_pb2
 from schemas.avro_schema import committed
@@ -120,12 +123,10 @@ class BatchValidator:
         if size > self._max_record_bytes:
             return RejectReason.TOO_LARGE, f"a record of {size} bytes, at most {self._max_record_bytes}"
         try:
-            values = self._codec.decode_dict(spec, value)
+            record: Record = self._codec.decode(spec, value)
         except DecodeError as err:
             return RejectReason(err.reason.value), err.detail
-        # record_key reads only attributes: a namespace over the decoded fields costs a tenth of
-        # a model (even an unvalidated model_construct).
-        expected = record_key(spec, cast(Record, SimpleNamespace(**values)))
+        expected = record_key(spec, record)
         if key != expected:
             return RejectReason.KEY_MISMATCH, f"key {key!r}, the record's key is {expected!r}"
         return None
@@ -258,8 +259,10 @@ def compile_shape(spec: TopicSpec, schema_id: int) -> _Shape | None:
     if any(fields.get(name) != "string" for name in groups):
         return None
     try:
-        walk = _compile(schema, named, header=re.escape(struct.pack(">bI", 0, schema_id)), groups=groups)
-    except _Unsupported:
+        walk = _compile(
+            schema, named, spec.record, header=re.escape(struct.pack(">bI", 0, schema_id)), groups=groups
+        )
+    except (_Unsupported, bounds.Unsupported):
         return None
     index = walk.pattern.groupindex
     return _Shape(walk, index["entity"], index.get("cluster"))
@@ -268,49 +271,76 @@ def compile_shape(spec: TopicSpec, schema_id: int) -> _Shape | None:
 def _compile(
     record: dict[str, Any],
     named: dict[str, Any],
+    model: Any,
     *,
     header: bytes = b"",
     groups: dict[str, str] | None = None,
 ) -> _Walk:
-    """``record`` split at its arrays and maps; the string fields named in ``groups`` are captured
-    under the given group names, and must come before the first array or map."""
+    """``record`` (the schema of ``model``) split at its arrays and maps; the string fields named
+    in ``groups`` are captured under the given group names, and must come before the first
+    array or map."""
     pieces: list[list[bytes]] = [[header]]
     items: list[_Walk] = []
+    fields, finite = _rules(model)
     for member in record["fields"]:
         kind = _resolve(member["type"], named)
+        hint, checks = fields[member["name"]]
         group = (groups or {}).get(member["name"])
         if group is None:
             try:
-                pieces[-1].append(_flat(kind, named))
+                pieces[-1].append(_flat(kind, named, hint, checks, finite))
             except _TooLarge:  # an array or map whose items are walked one block at a time
-                items.append(_item(kind, named))
+                items.append(_item(kind, named, hint, finite))
                 pieces.append([])
         elif items:
             raise _Unsupported(f"key field {member['name']} after an array or map")
         else:
-            pieces[-1].append(b"(?P<%s>%s)" % (group.encode(), _strings(_ASCII, _MAX_KEY_STRING)))
+            shortest = bounds.min_length(bounds.split(hint, checks)[1])
+            string = _strings(_ASCII, _MAX_KEY_STRING, shortest)
+            pieces[-1].append(b"(?P<%s>%s)" % (group.encode(), string))
     patterns = [re.compile(b"".join(piece), re.DOTALL) if any(piece) else None for piece in pieces]
     return _Walk(patterns[0] or re.compile(b""), tuple(items), tuple(patterns[1:]))
 
 
-def _item(collection: dict[str, Any], named: dict[str, Any]) -> _Walk:
+def _rules(model: Any) -> tuple[dict[str, tuple[Any, list[Any]]], bool]:
+    """Each field's type hint and constraints, and whether the model refuses NaN and infinities."""
+    if not isinstance(model, type) or not issubclass(model, BaseModel):
+        raise _Unsupported(f"a record that is not a model: {model!r}")
+    decorators = model.__pydantic_decorators__
+    if decorators.field_validators or decorators.model_validators or decorators.validators:
+        raise _Unsupported(f"{model.__name__} has validators")
+    hints = typing.get_type_hints(model, include_extras=True)
+    fields = {name: (hints[name], list(info.metadata)) for name, info in model.model_fields.items()}
+    return fields, model.model_config.get("allow_inf_nan") is False
+
+
+def _element(hint: Any) -> Any:
+    """The hint of an array's items or a map's values, from the list or dict hint."""
+    args = typing.get_args(bounds.split(hint)[0])
+    return args[-1] if args else None
+
+
+def _item(collection: dict[str, Any], named: dict[str, Any], hint: Any, finite: bool) -> _Walk:
     """How one item of an array, or one entry (a string key, then the value) of a map, is matched."""
+    element = _element(hint)
     if collection["type"] == "map":
-        return _Walk(re.compile(_strings(_ASCII) + _flat(collection["values"], named), re.DOTALL))
+        value = _flat(collection["values"], named, element, [], finite)
+        return _Walk(re.compile(_strings(_ASCII) + value, re.DOTALL))
     kind = _resolve(collection["items"], named)
     if isinstance(kind, dict) and kind["type"] == "record":
-        return _compile(kind, named)
-    return _Walk(re.compile(_flat(kind, named), re.DOTALL))
+        return _compile(kind, named, element)
+    return _Walk(re.compile(_flat(kind, named, element, [], finite), re.DOTALL))
 
 
-def _inline(collection: dict[str, Any], named: dict[str, Any]) -> bytes:
+def _inline(collection: dict[str, Any], named: dict[str, Any], hint: Any, finite: bool) -> bytes:
     """An array or map as one block (or none), as fastavro writes it: the count, the items, the
     closing zero. The expression spells out each count up to as many as fit _MAX_INLINE_BYTES
     (compiling is the cost: ~1 ms per kB), at least _MIN_INLINE, else :class:`_TooLarge`."""
+    element = _element(hint)
     if collection["type"] == "map":
-        item = _strings(_ASCII) + _flat(collection["values"], named)
+        item = _strings(_ASCII) + _flat(collection["values"], named, element, [], finite)
     else:
-        item = _flat(collection["items"], named)
+        item = _flat(collection["items"], named, element, [], finite)
     most = min(_MAX_INLINE, _MAX_INLINE_BYTES // len(item))
     if most < _MIN_INLINE:
         raise _TooLarge(f"{collection['type']} items of {len(item)} bytes of expression")
@@ -323,24 +353,41 @@ def _resolve(kind: Any, named: dict[str, Any]) -> Any:
     return named[kind] if isinstance(kind, str) and kind in named else kind
 
 
-def _flat(kind: Any, named: dict[str, Any]) -> bytes:
-    """The expression of a value without arrays or maps; :class:`_Unsupported` for anything else."""
+def _flat(kind: Any, named: dict[str, Any], hint: Any, checks: list[Any], finite: bool) -> bytes:
+    """The expression of a value without arrays or maps that keeps the model's rules for it
+    (``hint`` and ``checks``; ``finite``: no NaN or infinity); :class:`_Unsupported` for anything
+    else."""
     kind = _resolve(kind, named)
+    hint, checks = bounds.split(hint, checks)
     if isinstance(kind, list):  # a union: the branch's index, then the branch
-        return b"(?:" + b"|".join(_varint(i) + _flat(branch, named) for i, branch in enumerate(kind)) + b")"
+        inner = next((a for a in typing.get_args(hint) if a is not type(None)), None)
+        return (
+            b"(?:"
+            + b"|".join(
+                _varint(i) + (b"" if branch == "null" else _flat(branch, named, inner, checks, finite))
+                for i, branch in enumerate(kind)
+            )
+            + b")"
+        )
     if isinstance(kind, str):
         kind = {"type": kind}
     name, logical = kind["type"], kind.get("logicalType")
     if logical is not None:
         if (name, logical) != ("long", "timestamp-millis"):
             raise _Unsupported(f"logical type {logical}")
-        return _TIMESTAMP_MILLIS
+        return bounds.timestamp(checks, plain=_TIMESTAMP_MILLIS)
+    if name == "double":
+        return bounds.double(checks, finite=finite)
+    if name == "long":
+        return bounds.long(checks, plain=_LONG)
+    if name in ("string", "bytes"):
+        return _strings(_ASCII if name == "string" else rb".", _MAX_STRING, bounds.min_length(checks))
+    if checks or (finite and name == "float"):
+        raise _Unsupported(f"constraints {checks} on a {name}")
     if name in _FIXED_WIDTH:
         return _FIXED_WIDTH[name]
-    if name in ("long", "int"):
-        return _LONG if name == "long" else _INT
-    if name in ("string", "bytes"):
-        return _strings(_ASCII if name == "string" else rb".")
+    if name == "int":
+        return _INT
     if name == "fixed":
         return rb".{%d}" % kind["size"]
     if name == "enum":
@@ -348,16 +395,21 @@ def _flat(kind: Any, named: dict[str, Any]) -> bytes:
             raise _Unsupported("an enum of more than 64 symbols")
         return b"[" + b"".join(_varint(i) for i in range(len(kind["symbols"]))) + b"]"
     if name == "record":
-        return b"".join(_flat(member["type"], named) for member in kind["fields"])
+        fields, inner_finite = _rules(hint)
+        return b"".join(
+            _flat(member["type"], named, *fields[member["name"]], inner_finite) for member in kind["fields"]
+        )
     if name in ("array", "map"):
-        return _inline(kind, named)
+        return _inline(kind, named, hint, finite)
     raise _Unsupported(f"type {name}")
 
 
-@lru_cache(maxsize=4)
-def _strings(byte: bytes, longest: int = _MAX_STRING) -> bytes:
-    """A length prefix and that many bytes, each matching ``byte``, for every length up to ``longest``."""
-    return b"(?:" + b"|".join(_varint(n) + byte + b"{%d}" % n for n in range(longest + 1)) + b")"
+@lru_cache(maxsize=8)
+def _strings(byte: bytes, longest: int = _MAX_STRING, shortest: int = 0) -> bytes:
+    """A length prefix and that many bytes, each matching ``byte``, for every length from
+    ``shortest`` up to ``longest``."""
+    lengths = range(shortest, longest + 1)
+    return b"(?:" + b"|".join(_varint(n) + byte + b"{%d}" % n for n in lengths) + b")"
 
 
 def _varint(value: int) -> bytes:
