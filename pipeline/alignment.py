@@ -43,12 +43,21 @@ class Alignment:
         self.from_buffered = from_buffered
         self.paused: set[Partition] = set()
         """Partitions this alignment paused."""
+        self.holding = False
+        """``from_buffered`` records or more were held at the last tick."""
+
+    @property
+    def fetch_size(self) -> int:
+        """Records to take per fetch: a few while holding many, so that what a pause leaves out
+        is not taken in the meantime."""
+        return 500 if self.holding else 5_000
 
     def tick(self, buffered: int) -> None:
         """Pause and resume by how far each partition is ahead, given ``buffered`` records held."""
         reading = [p for p, since in self._ends.since.items() if since is None]
         ahead: set[Partition] = set()
-        if buffered >= self.from_buffered and reading:
+        self.holding = buffered >= self.from_buffered
+        if self.holding and reading:
             slowest = min(self._newest.get(p, -(2**63)) for p in reading)
             ahead = {p for p in reading if self._newest.get(p, -(2**63)) > slowest + self.ahead_ms}
         self._call(self._consumer.resume, self.paused - ahead)

@@ -272,7 +272,7 @@ class StreamWorker:
 
     def step(self, timeout: float = 0.2) -> None:
         """Fetch, merge, process what is ready, and commit when the cycle is full or old."""
-        for message in self._consumer.consume(5_000, timeout):
+        for message in self._consumer.consume(self._alignment.fetch_size, timeout):
             self._take(message)
         self._idle.tick()
         if self._clocks.wants_barrier:

@@ -18,7 +18,7 @@ from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.platform import free_port
+from gpulens.platform import free_port, private_platform
 from pipeline.operators import StateOperator
 from pipeline.running import StreamWorker, WorkerOptions
 from producers.replay import genai_duty
@@ -27,7 +27,7 @@ from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.models import Alert, ClusterGpuAllocation, DeadLetter
 from schemas.sharding import Shard
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, PODS, entity_key
+from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES, PODS, entity_key
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
@@ -310,3 +310,36 @@ def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
     }
     assert published == expected
     assert len(alerts) == len(published)
+
+
+def test_a_worker_catching_up_on_a_backlog_holds_a_bounded_number_of_records(tmp_path: Path) -> None:
+    """The backlog's partitions are fetched as the broker hands them out; past --hold records,
+    the ones running ahead in event time wait, so the watermarks come in time to release."""
+    with private_platform(tmp_path) as settings:
+        config = tmp_path / "gpulens.toml"
+        cluster = "backlog"
+        # 50 nodes sampled every 2 s for 20 minutes, published over about 20 s (so that each
+        # watermark vouches for what came before it, not for the whole backlog)
+        publish = gpulens(
+            config, "simulate", "--cluster", cluster, "--nodes", "50", "--interval", "2",
+            "--duration", "1200", "--speed", "60", "--seed", "3",
+        )  # fmt: skip
+        subprocess.run(publish, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        probe = Consumer(settings.kafka.librdkafka(**{"group.id": "probe"}))
+        backlog = sum(
+            probe.get_watermark_offsets(TopicPartition(GPU_SAMPLES.name, p), timeout=10)[1]
+            for p in range(GPU_SAMPLES.partitions)
+        )
+        probe.close()
+        assert backlog > 25_000, "50 nodes x 600 sample batches"
+        port = free_port()
+        hold = ["--hold", "2000", "--source-timeout", "1", "--metrics-port", str(port)]
+        worker = spawn(gpulens(config, "worker", "--group", "hold", *hold), tmp_path / "worker.log")
+        try:
+            metrics = wait_caught_up(port, "hold", 240)
+        finally:
+            worker.terminate()
+            worker.wait(30)
+    peak = metrics["gpulens_worker_buffered_records_peak"]
+    assert metrics["gpulens_worker_records_in_total"] >= backlog
+    assert peak < backlog / 2, f"held {peak:.0f} records at once of a {backlog} record backlog"
