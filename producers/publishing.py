@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from schemas.codec import AvroCodec
 from schemas.exceptions import GPULensError
 from schemas.models import Event
+from schemas.producing import produce_with_backpressure
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec, record_key
 
@@ -88,14 +89,9 @@ class EventPublisher(BasePublisher):
         self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
     ) -> None:
         """Queue encoded bytes; ``on_delivery`` hears the broker's answer (default: :meth:`flush` raises)."""
-        while True:
-            try:
-                self._producer.produce(
-                    topic, key=key, value=value, on_delivery=on_delivery or self._delivered
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.05)
+        produce_with_backpressure(
+            self._producer, topic, key=key, value=value, on_delivery=on_delivery or self._delivered
+        )
         self._producer.poll(0)
         self.published += 1
 

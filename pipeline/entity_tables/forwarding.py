@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from pipeline.entity_tables.exceptions import ForwardFailed
 from schemas.models import PodEvent
+from schemas.producing import produce_with_backpressure
 from schemas.settings import KafkaSettings
 from schemas.topics import PODS, STATE_WORKLOADS, TopicSpec, entity_key
 
@@ -71,7 +72,8 @@ class PodForwarder:
         if not pod.owners:
             return
         for index, owner in enumerate(pod.owners):
-            self._producer.produce(
+            produce_with_backpressure(
+                self._producer,
                 self._topic,
                 key=entity_key(pod.cluster, owner.uid),
                 value=value,
