@@ -69,9 +69,10 @@ def resume_at_nearest(
     The position the broker refused is clamped into ``[low, high]``: past the end (the broker
     lost what it had acknowledged) goes to the end, before the start (retention, deleted
     records) to the start; a partition without any position (a new group) starts at the
-    beginning, as before. Reassigns every partition at its current position (a partition
-    in the error state cannot be sought); ``unknown(topic, partition)`` says where one not
-    read yet starts. Returns the partition's new offset.
+    beginning, as before. A partition in the error state cannot be sought: it is assigned
+    again on its own, or, where the group's eager protocol allows only whole assignments,
+    with every other partition at its current position (``unknown(topic, partition)`` says
+    where one not read yet starts). Returns the partition's new offset.
     """
     topic, partition = message.topic() or "", message.partition() or 0
     wanted = message.offset()
@@ -88,6 +89,12 @@ def resume_at_nearest(
             "%s: %s/%d offset %d out of range [%d, %d]: resuming at %d (%s valid offset)",
             group, topic, partition, wanted, low, high, offset, where,
         )  # fmt: skip
+    try:
+        consumer.incremental_unassign([TopicPartition(topic, partition)])
+        consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        return offset
+    except KafkaException as err:  # subscribed with the eager protocol: whole assignments only
+        log.debug("incremental reassignment refused (%s): assigning every partition", err)
     assignment = []
     for tp in retry_transient(lambda: consumer.position(consumer.assignment()), operation="positions"):
         if (tp.topic, tp.partition) == (topic, partition):
@@ -264,7 +271,8 @@ class DecodingConsumer:
                     self._idle.at_end(message.topic() or "", message.partition() or 0)
                     continue
                 if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    resume_at_nearest(
+                    where = (message.topic() or "", message.partition() or 0)
+                    self._start[where] = resume_at_nearest(
                         self._consumer,
                         message,
                         group=self._group,
