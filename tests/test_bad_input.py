@@ -1,13 +1,16 @@
-"""Hostile input never stops the worker or the sink: bursts of garbage, oversize values.
+"""Hostile input and a stalled broker never stop the worker or the sink: bursts of garbage,
+oversize values, a broker that does not answer for seconds.
 
-These tests pour garbage onto the catalog's own input topics, so each runs on a private
-platform of its own: the session's topics (and the next test's) stay clean.
+These tests pour garbage onto the catalog's own input topics (or freeze the broker), so each
+runs on a private platform of its own: the session's topics (and the next test's) stay clean.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -23,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.clickhouse.client import get_client
 from gpulens.config import GPULensSettings
-from gpulens.platform import free_port, private_platform
+from gpulens.platform import BROKER, free_port, manager, private_platform
 from schemas.codec import AvroCodec, registry_client
 from schemas.dead_letters import MAX_ORIGINAL_BYTES
 from schemas.examples import example_events
@@ -80,25 +83,27 @@ def _wait(condition, timeout: float, what: str, *processes: subprocess.Popen[byt
 
 
 class DeadLetterReader:
-    """Reads the committed dead letters of some consumer groups as they arrive."""
+    """Reads the committed dead letters of a private platform as they arrive: every one's
+    headers (reason, source), and every ``decode_every``-th one decoded whole."""
 
-    def __init__(self, settings: GPULensSettings, codec: AvroCodec, consumers: set[str]) -> None:
+    def __init__(self, settings: GPULensSettings, codec: AvroCodec, *, decode_every: int = 1) -> None:
         self._consumer = Consumer(
             settings.kafka.librdkafka(
                 **{"group.id": "dlq-reader", "isolation.level": "read_committed", "enable.auto.commit": False}
             )
         )
         self._consumer.assign([TopicPartition(DLQ.name, 0, 0)])
-        self._codec, self._consumers = codec, consumers
+        self._codec, self._decode_every = codec, decode_every
+        self.headers: list[dict[str, bytes]] = []
         self.letters: list[DeadLetter] = []
 
     def read(self) -> int:
         for message in self._consumer.consume(20_000, 0.5):
             if message.error() is None:
-                letter = self._codec.decode(DLQ, message.value() or b"")
-                if letter.consumer in self._consumers:
-                    self.letters.append(letter)
-        return len(self.letters)
+                if len(self.headers) % self._decode_every == 0:
+                    self.letters.append(self._codec.decode(DLQ, message.value() or b""))
+                self.headers.append(dict(message.headers() or []))
+        return len(self.headers)
 
     def close(self) -> None:
         self._consumer.close()
@@ -138,15 +143,18 @@ def test_a_burst_of_garbage_is_dead_lettered_and_the_worker_stays_up(
         "--idle-ms", "1000", "--metrics-port", str(port),
     )  # fmt: skip
     spawned.append(worker)
-    reader = DeadLetterReader(settings, hostile_codec, {group})
+    reader = DeadLetterReader(settings, hostile_codec, decode_every=1000)
     try:
         _wait(lambda: reader.read() >= GARBAGE, 180, f"{GARBAGE:,} dead letters", worker)
         reader.read()  # more would be a duplicate
     finally:
         reader.close()
     assert worker.poll() is None, "the worker stays up"
-    assert Counter(letter.reason for letter in reader.letters) == injected
-    assert sorted(letter.source_offset for letter in reader.letters) == list(range(GARBAGE))
+    assert Counter(h["reason"].decode() for h in reader.headers) == injected
+    sources = sorted(int(h["source"].rsplit(b"/", 1)[1]) for h in reader.headers)
+    assert sources == list(range(GARBAGE)), "every record dead-lettered once"
+    assert {letter.consumer for letter in reader.letters} == {group}
+    assert all(letter.source_topic == PODS.name and letter.value is not None for letter in reader.letters)
     assert _metric(port, "gpulens_dead_letters_total") == GARBAGE
     lines = [line for line in log.read_text().splitlines() if "dead letter" in line]
     assert 1 <= len(lines) <= 60, f"dead-letter logs are rate-limited: {len(lines)} lines"
@@ -168,7 +176,7 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
     )  # fmt: skip
     sink = _start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
     spawned += [worker, sink]
-    reader = DeadLetterReader(settings, hostile_codec, {worker_group, sink_group})
+    reader = DeadLetterReader(settings, hostile_codec)
     try:
         _wait(lambda: reader.read() >= 8, 120, "8 dead letters (4 from each)", worker, sink)
         reader.read()
@@ -200,3 +208,41 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
         sink,
     )
     assert worker.poll() is None and sink.poll() is None
+
+
+def test_a_broker_that_stops_answering_for_seconds_is_waited_out(hostile, unique, spawned) -> None:
+    settings, config = hostile
+    worker_group, sink_group, port = f"stall-w-{unique}", f"stall-s-{unique}", free_port()
+    producer = Producer(settings.kafka.librdkafka())
+    produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 before the stall")
+    assert producer.flush(30) == 0
+    worker = _start(
+        config, config.parent / f"worker-{worker_group}.log",
+        "worker", "--processors", "allocation", "--group", worker_group,
+        "--idle-ms", "1000", "--metrics-port", str(port),
+    )  # fmt: skip
+    sink = _start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
+    spawned += [worker, sink]
+    reader = DeadLetterReader(settings, AvroCodec(registry_client(settings.registry.url)))
+    try:
+        _wait(lambda: reader.read() >= 2, 60, "the first dead letter from each", worker, sink)
+        broker = manager(settings).status(BROKER).pid
+        assert broker is not None
+        os.killpg(broker, signal.SIGSTOP)  # end offsets and metadata time out meanwhile
+        try:
+            _wait(
+                lambda: _metric(port, "gpulens_kafka_transient_errors_total") > 0,
+                30,
+                "the worker to count a broker call that timed out",
+                worker,
+                sink,
+            )
+        finally:
+            os.killpg(broker, signal.SIGCONT)
+        produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 after the stall")
+        assert producer.flush(30) == 0
+        _wait(lambda: reader.read() >= 4, 90, "the second dead letter from each", worker, sink)
+    finally:
+        reader.close()
+    assert worker.poll() is None and sink.poll() is None
+    assert Counter(letter.consumer for letter in reader.letters) == {worker_group: 2, sink_group: 2}
