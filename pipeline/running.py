@@ -335,12 +335,15 @@ class StreamWorker:
                 self._idle.at_end(topic, partition)
                 return
             if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                self._fetched[(topic, partition)] = resume_at_nearest(
+                offset = resume_at_nearest(
                     self._consumer,
                     message,
                     group=self._options.group_id,
                     unknown=lambda t, p: self._fetched[(t, p)],
                 )
+                if offset < self._fetched[(topic, partition)]:
+                    self._positions.rewound(topic, partition, offset)
+                self._fetched[(topic, partition)] = offset
                 return
             if not is_transient(error):
                 raise PipelineError(f"{topic}/{partition}: {error.str()}")

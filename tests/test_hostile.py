@@ -1,5 +1,5 @@
-"""Hostile input and a stalled broker never stop the worker or the sink: bursts of garbage,
-oversize values, a broker that does not answer for seconds.
+"""Hostile input and broker faults never stop the worker or the sink: bursts of garbage,
+oversize values, a broker that does not answer for seconds, a log recreated under a checkpoint.
 
 These tests pour garbage onto the catalog's own input topics (or freeze the broker), so each
 runs on a private platform of its own: the session's topics (and the next test's) stay clean.
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.clickhouse.client import get_client
@@ -33,7 +34,7 @@ from schemas.examples import example_events
 from schemas.exceptions import DecodeFailure
 from schemas.models import DeadLetter
 from schemas.producing import produce_with_backpressure
-from schemas.topic_admin import create_topics
+from schemas.topic_admin import TopicAdminError, create_topics
 from schemas.topics import DLQ, NODES, PODS, TopicSpec, record_key
 
 GARBAGE = 200_000
@@ -246,3 +247,60 @@ def test_a_broker_that_stops_answering_for_seconds_is_waited_out(hostile, unique
         reader.close()
     assert worker.poll() is None and sink.poll() is None
     assert Counter(letter.consumer for letter in reader.letters) == {worker_group: 2, sink_group: 2}
+
+
+def _recreate(settings: GPULensSettings, spec: TopicSpec) -> None:
+    """Delete ``spec``'s topic and create it again, empty: a broker that lost its log."""
+    admin = AdminClient(settings.kafka.librdkafka())
+    admin.delete_topics([spec.name])[spec.name].result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if create_topics(settings.kafka, [spec]) == [spec.name]:
+                return
+        except TopicAdminError:  # still being deleted
+            pass
+        assert time.monotonic() < deadline, f"{spec.name} not created again within 30 s"
+        time.sleep(0.5)
+
+
+def test_a_worker_checkpointed_past_a_lost_log_resumes_at_its_end_and_reads_what_comes_next(
+    hostile, hostile_codec, unique, spawned
+) -> None:
+    settings, config = hostile
+    group = f"lost-{unique}"
+    producer = Producer(settings.kafka.librdkafka())
+    for n in range(10):
+        produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 old %d" % n)
+    assert producer.flush(30) == 0
+    log = config.parent / f"worker-{group}.log"
+    args = ("worker", "--processors", "allocation", "--group", group, "--idle-ms", "1000")
+    first = _start(config, log, *args)
+    spawned.append(first)
+    reader = DeadLetterReader(settings, hostile_codec)
+    try:
+        _wait(lambda: reader.read() >= 10, 60, "the first worker's 10 dead letters", first)
+        first.terminate()
+        assert first.wait(60) == 0
+        _recreate(settings, PODS)
+        port = free_port()
+        second = _start(config, log, *args, "--metrics-port", str(port))
+        spawned.append(second)
+        _wait(
+            lambda: _metric(port, "gpulens_consumer_offset_resets_total") >= 1,
+            60,
+            "the checkpointed offset past the new end to be reset",
+            second,
+        )
+        for n in range(3):  # at offsets the first worker had processed in the lost log
+            produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 new %d" % n)
+        assert producer.flush(30) == 0
+        _wait(lambda: reader.read() >= 13, 60, "the new records dead-lettered", second)
+        reader.read()  # more would be old records read again
+    finally:
+        reader.close()
+    new = reader.letters[10:]
+    assert [letter.value for letter in new] == [b"\x07 new %d" % n for n in range(3)]
+    assert [letter.source_offset for letter in new] == [0, 1, 2]
+    assert _metric(port, "gpulens_consumer_offset_resets_total") == 1
+    assert second.poll() is None
