@@ -52,17 +52,15 @@ def pods_topic(platform, unique) -> TopicSpec:
     return spec
 
 
-def _publish_pods(platform, codec, topic: TopicSpec, first: int, count: int) -> None:
+def _publish_pods(platform, codec, topic: TopicSpec, count: int) -> None:
     producer = Producer(platform.kafka.librdkafka())
     pod = example_events()[PODS]
-    for n in range(first, first + count):
+    for n in range(count):
         producer.produce(topic.name, value=codec.encode(topic, pod.model_copy(update={"event_id": f"p{n}"})))
     assert producer.flush(30) == 0
 
 
-def test_a_group_committed_past_the_log_end_resumes_at_the_end_not_at_zero(
-    platform, codec, config_file, unique
-) -> None:
+def test_a_group_committed_past_the_log_end_resumes_at_the_end_not_at_zero(platform, codec, unique) -> None:
     sink = SinkThread(platform, codec, unique)
     topic = sink.topics[GPU_SAMPLES.name]
     cluster = f"lost-{unique}"
@@ -89,7 +87,7 @@ def test_a_group_committed_past_the_log_end_resumes_at_the_end_not_at_zero(
 def test_a_group_committed_before_the_log_start_resumes_at_the_start(
     platform, codec, pods_topic, unique
 ) -> None:
-    _publish_pods(platform, codec, pods_topic, 0, 10)
+    _publish_pods(platform, codec, pods_topic, 10)
     admin = AdminClient(platform.kafka.librdkafka())
     for future in admin.delete_records([TopicPartition(pods_topic.name, 0, 6)]).values():
         future.result()
