@@ -35,6 +35,13 @@ class InputPositions:
         """Whether ``cluster`` processed this record before the restart."""
         return offset <= self._done.get((cluster, topic, partition), -1)
 
+    def rewound(self, topic: str, partition: int, offset: int) -> None:
+        """The broker's log of ``partition`` now ends at ``offset``, before records processed
+        (it lost what it had acknowledged): records written there anew are new, not seen."""
+        for key in [k for k, o in self._done.items() if k[1:] == (topic, partition) and o >= offset]:
+            self._done[key] = offset - 1
+            self._changed.add(("done", *key))
+
     def advance(self, restart: dict[Partition, int]) -> dict[Partition, int]:
         """Take the new restart offsets; those that moved. Forget what lies behind them."""
         moved = {p: o for p, o in restart.items() if self.restart.get(p) != o}

@@ -50,7 +50,7 @@ from pipeline.positions import InputPositions
 from pipeline.state_tables import Tombstone
 from pipeline.windows import from_ms, to_ms
 from schemas.codec import AvroCodec
-from schemas.consuming import IdlePartitions, LagMonitor
+from schemas.consuming import NO_RESET, IdlePartitions, LagMonitor, resume_at_nearest
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, DecodeFailure
 from schemas.models import (
@@ -62,6 +62,8 @@ from schemas.models import (
     Watermark,
     WorkloadEvent,
 )
+from schemas.producing import produce_with_backpressure
+from schemas.retrying import is_transient, retry_transient, transient_failure
 from schemas.settings import KafkaSettings
 from schemas.sharding import UNSHARDED, Shard
 from schemas.topics import TopicSpec, record_key
@@ -137,13 +139,16 @@ class StreamWorker:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
-                    # a checkpointed offset the inputs' retention has passed reads from the start
-                    "auto.offset.reset": "earliest",
+                    # a checkpointed offset out of range resumes at the nearest valid one (_take)
+                    "auto.offset.reset": NO_RESET,
                 }
             )
         )
         partitions = self._partitions()
-        self._fence(kafka, self._consumer.committed(partitions, timeout=30))
+        self._fence(
+            kafka,
+            retry_transient(lambda: self._consumer.committed(partitions, timeout=30), operation="committed"),
+        )
         self._incarnation = f"{options.group_id}-{uuid.uuid4().hex[:12]}"
         self._producer = Producer(
             kafka.librdkafka(**{"transactional.id": self._incarnation, "linger.ms": 20, "acks": "all"})
@@ -225,16 +230,32 @@ class StreamWorker:
             Producer(kafka.librdkafka(**{"transactional.id": previous})).init_transactions(30)
 
     def _drained(self, partition: tuple[str, int]) -> bool:
-        _, high = self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=5, cached=False)
-        return bool(high <= self._fetched.get(partition, 0))
-
-    def _end_offsets(self) -> dict[tuple[str, int], int]:
-        """The broker's end offset of every input partition now (a barrier for watermarks read)."""
-        ends = {}
-        for partition in self._ends.since:
-            _, ends[partition] = self._consumer.get_watermark_offsets(
+        """At its end; a broker that does not answer in time leaves it not drained for now."""
+        try:
+            _, high = self._consumer.get_watermark_offsets(
                 TopicPartition(*partition), timeout=5, cached=False
             )
+        except KafkaException as err:
+            if not is_transient(err):
+                raise
+            transient_failure("end offset", err)
+            return False
+        return bool(high <= self._fetched.get(partition, 0))
+
+    def _end_offsets(self) -> dict[tuple[str, int], int] | None:
+        """The broker's end offset of every input partition now (a barrier for watermarks read);
+        None when the broker did not answer in time (the barrier waits for the next step)."""
+        ends = {}
+        try:
+            for partition in self._ends.since:
+                _, ends[partition] = self._consumer.get_watermark_offsets(
+                    TopicPartition(*partition), timeout=5, cached=False
+                )
+        except KafkaException as err:
+            if not is_transient(err):
+                raise
+            transient_failure("end offsets", err)
+            return None
         return ends
 
     def _stamped_from(self, at_ms: int) -> dict[tuple[str, int], int]:
@@ -248,7 +269,9 @@ class StreamWorker:
         return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
     def _partitions(self) -> list[TopicPartition]:
-        metadata = self._consumer.list_topics(timeout=30).topics
+        metadata = retry_transient(
+            lambda: self._consumer.list_topics(timeout=30), operation="metadata"
+        ).topics
         missing = [spec.name for spec in self._inputs if spec.name not in metadata]
         if missing:
             raise PipelineError(f"input topics missing: {', '.join(missing)}; run `gpulens topics create`")
@@ -275,8 +298,9 @@ class StreamWorker:
         for message in self._consumer.consume(self._alignment.fetch_size, timeout):
             self._take(message)
         self._idle.tick()
-        if self._clocks.wants_barrier:
-            self._clocks.barrier(self._end_offsets(), self._stamped_from)
+        ends = self._end_offsets() if self._clocks.wants_barrier else None
+        if ends is not None:
+            self._clocks.barrier(ends, self._stamped_from)
         self._clocks.settle(self._fetched)
         for cluster, merge in list(self._merges.items()):
             items = merge.release(self._clocks.limit(cluster))
@@ -324,7 +348,18 @@ class StreamWorker:
                 self._ends.reached((topic, partition))
                 self._idle.at_end(topic, partition)
                 return
-            if error.fatal() or not error.retriable():
+            if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                offset = resume_at_nearest(
+                    self._consumer,
+                    message,
+                    group=self._options.group_id,
+                    unknown=lambda t, p: self._fetched[(t, p)],
+                )
+                if offset < self._fetched[(topic, partition)]:
+                    self._positions.rewound(topic, partition, offset)
+                self._fetched[(topic, partition)] = offset
+                return
+            if not is_transient(error):
                 raise PipelineError(f"{topic}/{partition}: {error.str()}")
             log.warning("transient consume error: %s", error.str())
             return
@@ -416,12 +451,7 @@ class StreamWorker:
             key, value = row.key, None
         else:
             key, value = record_key(spec, row), self._codec.encode(spec, row)
-        while True:
-            try:
-                self._producer.produce(spec.name, key=key, value=value)
-                return
-            except BufferError:  # a burst of windows: let librdkafka drain its queue
-                self._producer.poll(0.05)
+        produce_with_backpressure(self._producer, spec.name, key=key, value=value)
 
     def _commit(self, *, claim: bool = False) -> None:
         """Commit the cycle; ``claim``: name this incarnation in every partition's offsets."""

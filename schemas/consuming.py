@@ -4,6 +4,11 @@ At-least-once: offsets are committed only by :meth:`DecodingConsumer.commit`, wh
 makes the dead letters durable. A record is either handed to the caller or in the DLQ;
 nothing is skipped silently. A registry outage is not the record's fault: it raises
 :class:`~schemas.exceptions.RegistryError` and the record is retried, never dead-lettered.
+
+A position out of range (the broker lost records it had acknowledged, or retention passed a
+slow reader) moves to the nearest valid offset (:func:`resume_at_nearest`), not to the
+start: librdkafka's ``auto.offset.reset=earliest`` made a sink re-read every partition from
+0 after a broker crash, six times over.
 """
 
 from __future__ import annotations
@@ -15,13 +20,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from prometheus_client import Gauge
+from confluent_kafka import (
+    OFFSET_STORED,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from prometheus_client import Counter, Gauge
 
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, GPULensError
 from schemas.models import Record
+from schemas.retrying import is_transient, retry_transient, transient_failure
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec
 
@@ -34,6 +48,62 @@ CONSUMER_LAG = Gauge(
 )
 """Set by the sink and the worker (the exporter has its own registry, same name): the rules'
 pipeline-lag alert reads it."""
+
+OFFSET_RESETS = Counter(
+    "gpulens_consumer_offset_resets_total",
+    "Partitions whose position was out of range, moved to the nearest valid offset, by consumer "
+    "group, topic and direction (earliest: before the log start; latest: past the log end).",
+    ["consumer", "topic", "to"],
+)
+
+NO_RESET = "error"
+"""``auto.offset.reset`` of every consumer: an invalid position is an error event that
+:func:`resume_at_nearest` answers (librdkafka can only jump to one end, whatever the case)."""
+
+
+def resume_at_nearest(
+    consumer: Consumer, message: Message, *, group: str, unknown: Callable[[str, int], int]
+) -> int:
+    """Answer an ``_AUTO_OFFSET_RESET`` event: move its partition to the nearest valid offset.
+
+    The position the broker refused is clamped into ``[low, high]``: past the end (the broker
+    lost what it had acknowledged) goes to the end, before the start (retention, deleted
+    records) to the start; a partition without any position (a new group) starts at the
+    beginning, as before. A partition in the error state cannot be sought: it is assigned
+    again on its own, or, where the group's eager protocol allows only whole assignments,
+    with every other partition at its current position (``unknown(topic, partition)`` says
+    where one not read yet starts). Returns the partition's new offset.
+    """
+    topic, partition = message.topic() or "", message.partition() or 0
+    wanted = message.offset()
+    low, high = retry_transient(
+        lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False),
+        operation="watermarks",
+    )
+    offset = low
+    if wanted is not None and wanted >= 0:
+        offset = min(max(wanted, low), high)
+        where = "latest" if wanted > high else "earliest"
+        OFFSET_RESETS.labels(group, topic, where).inc()
+        log.warning(
+            "%s: %s/%d offset %d out of range [%d, %d]: resuming at %d (%s valid offset)",
+            group, topic, partition, wanted, low, high, offset, where,
+        )  # fmt: skip
+    try:
+        consumer.incremental_unassign([TopicPartition(topic, partition)])
+        consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        return offset
+    except KafkaException as err:  # subscribed with the eager protocol: whole assignments only
+        log.debug("incremental reassignment refused (%s): assigning every partition", err)
+    assignment = []
+    for tp in retry_transient(lambda: consumer.position(consumer.assignment()), operation="positions"):
+        if (tp.topic, tp.partition) == (topic, partition):
+            tp.offset = offset
+        elif tp.offset < 0:
+            tp.offset = unknown(tp.topic, tp.partition)
+        assignment.append(tp)
+    consumer.assign(assignment)
+    return offset
 
 
 class ConsumeError(GPULensError):
@@ -172,7 +242,7 @@ class DecodingConsumer:
                 **{
                     "group.id": group_id,
                     "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
+                    "auto.offset.reset": NO_RESET,
                     "session.timeout.ms": 6000,
                     "enable.partition.eof": True,
                     **(overrides or {}),
@@ -188,6 +258,7 @@ class DecodingConsumer:
         self._idle = IdlePartitions(self._consumer)
         self._dlq_producer = Producer(kafka.librdkafka(**{"acks": "all", "enable.idempotence": True}))
         self._dlq = DeadLetterPublisher(self._dlq_producer, codec, consumer=group_id)
+        self._group = group_id
         self._positions: dict[tuple[str, int], int] = {}
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Decoded]:
@@ -199,7 +270,16 @@ class DecodingConsumer:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self._idle.at_end(message.topic() or "", message.partition() or 0)
                     continue
-                if error.fatal() or not error.retriable():
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    where = (message.topic() or "", message.partition() or 0)
+                    self._start[where] = resume_at_nearest(
+                        self._consumer,
+                        message,
+                        group=self._group,
+                        unknown=lambda t, p: self._start.get((t, p), OFFSET_STORED),
+                    )
+                    continue
+                if not is_transient(error):
                     raise ConsumeError(f"{message.topic()}/{message.partition()}: {error.str()}")
                 log.warning("transient consume error: %s", error.str())
                 continue
@@ -244,11 +324,11 @@ class DecodingConsumer:
             detail=detail,
         )
 
-    def lag(self, timeout: float = 5.0) -> dict[str, int]:
+    def lag(self, timeout: float = 5.0) -> dict[str, int] | None:
         """Records not yet polled, per topic: high watermark minus position, summed over the
         assigned partitions (one broker round trip per partition: call it every few seconds,
         not per poll). A partition not read yet counts from its start offset, else from its low
-        watermark."""
+        watermark. None when the broker did not answer in time (counted; ask again later)."""
         lag: dict[str, int] = {}
         try:
             for tp in self._consumer.position(self._consumer.assignment()):
@@ -256,7 +336,10 @@ class DecodingConsumer:
                 position = tp.offset if tp.offset >= 0 else self._start.get((tp.topic, tp.partition), low)
                 lag[tp.topic] = lag.get(tp.topic, 0) + max(high - position, 0)
         except KafkaException as err:
-            raise ConsumeError(f"cannot read positions and watermarks: {err}") from err
+            if not is_transient(err):
+                raise ConsumeError(f"cannot read positions and watermarks: {err}") from err
+            transient_failure("lag", err)
+            return None
         return lag
 
     def commit(self) -> dict[tuple[str, int], int]:

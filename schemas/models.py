@@ -566,10 +566,23 @@ class DeadLetter(Record):
     source_partition: int = Field(description="Partition it came from.")
     source_offset: int = Field(description="Offset it came from.")
     key: bytes | None = Field(default=None, description="Original key bytes.")
-    value: bytes | None = Field(default=None, description="Original value bytes.")
+    value: bytes | None = Field(
+        default=None,
+        description="Original value bytes (only the first ones when value_truncated: see value_length).",
+    )
     reason: str = Field(description="Machine-readable reason, e.g. unknown-schema-id.")
     detail: str = Field(description="Human-readable explanation.")
     consumer: str = Field(description="The consumer group or component that gave up on it.")
+    value_length: int | None = Field(
+        default=None, ge=0, description="Original value length in bytes (null: no value, or an older writer)."
+    )
+    value_sha256: str | None = Field(
+        default=None, description="SHA-256 of the whole original value, hex (null: no value or older writer)."
+    )
+    value_truncated: bool = Field(
+        default=False,
+        description="The original value was too large for a dead letter: value holds its first bytes only.",
+    )
 
 
 AVRO_ENUM_DEFAULTS: dict[type[StrEnum], StrEnum] = {

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.exceptions import GPULensError
+from schemas.producing import produce_with_backpressure
 from schemas.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class StateLog:
         """Write changed entries (``None``: the key is gone); the number written."""
         written = 0
         for key, value in entries:
-            _produce(producer, self.topic, key, value)
+            produce_with_backpressure(producer, self.topic, key=key, value=value)
             written += 1
         self._since_snapshot += written
         return written
@@ -105,10 +106,10 @@ class StateLog:
 
     def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
         """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
-        _produce(producer, self.topic, SNAPSHOT_MARKER, str(count).encode())
+        produce_with_backpressure(producer, self.topic, key=SNAPSHOT_MARKER, value=str(count).encode())
         for key, value in live():
-            _produce(producer, self.topic, key, value)
-        _produce(producer, self.topic, SNAPSHOT_END, str(count).encode())
+            produce_with_backpressure(producer, self.topic, key=key, value=value)
+        produce_with_backpressure(producer, self.topic, key=SNAPSHOT_END, value=str(count).encode())
         self._since_snapshot = 0
 
     def restore(self, *, timeout: float = 30.0) -> Restored:
@@ -196,12 +197,3 @@ def _read(
             out.append((offset, message.key() or b"", message.value()))
         if batch:
             deadline = time.monotonic() + timeout
-
-
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes | None) -> None:
-    while True:
-        try:
-            producer.produce(topic, key=key, value=value)
-            return
-        except BufferError:  # a snapshot can outrun the local queue: let it drain
-            producer.poll(0.05)

@@ -146,6 +146,18 @@ def test_input_positions_skip_what_a_cluster_processed_past_the_restart_offset()
     assert not restored.seen("b", "pods", 0, 5)
 
 
+def test_input_positions_forget_what_a_lost_log_held() -> None:
+    positions = InputPositions()
+    positions.processed("a", "pods", 0, 10)
+    positions.processed("b", "pods", 0, 4)
+    positions.advance({("pods", 0): 5})
+    positions.changed()
+    positions.rewound("pods", 0, 8)  # the broker lost offsets 8..10: new records go there
+    assert positions.seen("a", "pods", 0, 7) and not positions.seen("a", "pods", 0, 8)
+    assert not positions.seen("b", "pods", 0, 5)
+    assert {key: positions.dump(key) for key in positions.changed()} == {("done", "a", "pods", 0): 7}
+
+
 @pytest.mark.parametrize("name", ["allocation", "workloads", "alerts"])
 def test_state_keeps_no_key_for_a_deleted_pod(name: str) -> None:
     """What a restart restores follows the pods that exist, not every pod there ever was."""

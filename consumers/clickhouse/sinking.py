@@ -32,6 +32,7 @@ from consumers.clickhouse.writing import TableWriter, retrying
 from schemas.codec import AvroCodec
 from schemas.consuming import ConsumeError, Decoded, DecodingConsumer, LagMonitor
 from schemas.ids import event_id
+from schemas.retrying import retry_transient
 from schemas.settings import KafkaSettings
 from schemas.sharding import UNSHARDED, Shard
 from schemas.topics import TopicSpec
@@ -160,7 +161,7 @@ def run_sink(
 
     writer = retrying(connect, operation="connect", backoff=backoff, stop=stop)
     group = group_id or settings.group_id
-    start = [tp for tp in _every_partition(kafka, group, topics) if shard.owns(tp.partition)]
+    start = [tp for tp in _every_partition(kafka, group, topics, stop) if shard.owns(tp.partition)]
     consumer = DecodingConsumer(kafka, codec, group_id=group, topics=topics, start=start)
     log.info(
         "sinking %d partitions of %d topics (shard %s) into %s/%s",
@@ -173,7 +174,9 @@ def run_sink(
         lag.stop()
 
 
-def _every_partition(kafka: KafkaSettings, group: str, topics: Sequence[TopicSpec]) -> list[TopicPartition]:
+def _every_partition(
+    kafka: KafkaSettings, group: str, topics: Sequence[TopicSpec], stop: threading.Event
+) -> list[TopicPartition]:
     """Every partition of ``topics``, from the group's committed offsets.
 
     Sinks are assigned their partitions, not subscribed: on the embedded broker a SIGKILLed
@@ -182,7 +185,9 @@ def _every_partition(kafka: KafkaSettings, group: str, topics: Sequence[TopicSpe
     """
     consumer = Consumer(kafka.librdkafka(**{"group.id": group}))
     try:
-        metadata = consumer.list_topics(timeout=30).topics
+        metadata = retry_transient(
+            lambda: consumer.list_topics(timeout=30), operation="metadata", stop=stop
+        ).topics
     finally:
         consumer.close()
     missing = [t.name for t in topics if t.name not in metadata]

@@ -10,7 +10,9 @@ no checkpoint: it reads the derived topics from the beginning and the samples' t
 
 Every ``checkpoint_interval_s`` the consumer commits (dead letters first, then the group's
 offsets, for the usual tools) and the series changed since, with those offsets, go to the state
-log. A graceful stop checkpoints once more.
+log. A graceful stop checkpoints once more. A broker that does not answer in time never ends
+the exporter: a lag measurement is skipped, a checkpoint tried again at its next turn, the ends
+read at start retried (``gpulens_kafka_transient_errors_total`` counts each).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from consumers.prometheus.health import ConsumerHealth
 from consumers.prometheus.settings import ExporterSettings
 from consumers.prometheus.state import LatestState
 from schemas.codec import AvroCodec
-from schemas.consuming import DecodingConsumer
+from schemas.consuming import ConsumeError, DecodingConsumer
 from schemas.exceptions import GPULensError
 from schemas.models import GpuSampleBatch
+from schemas.retrying import retry_transient
 from schemas.settings import KafkaSettings
 from schemas.topic_admin import topic_partitions
 from schemas.topics import ALERTS, CLUSTER_ALLOCATION, GPU_SAMPLES, NODE_ALLOCATION, WORKLOAD_USAGE, TopicSpec
@@ -136,7 +139,9 @@ class Exporter:
             self._health.batch(batch, time.perf_counter() - started)
         now = time.monotonic()
         if now >= self._lag_due:
-            self._health.lag(consumer.lag())
+            lag = consumer.lag()
+            if lag is not None:
+                self._health.lag(lag)
             self._lag_due = now + self._settings.lag_interval_s
         if now >= self._checkpoint_due:
             self.checkpoint()
@@ -144,9 +149,13 @@ class Exporter:
     def checkpoint(self) -> None:
         """Commit what was read (dead letters first), then write the changed series and those
         offsets to the state log."""
-        offsets = self._started().commit()
-        self._health.checkpointed(self._checkpoint.write(self.state, offsets))
         self._checkpoint_due = time.monotonic() + self._settings.checkpoint_interval_s
+        try:
+            offsets = self._started().commit()
+        except ConsumeError as err:  # nothing written: the next checkpoint covers this one's records
+            log.warning("checkpoint skipped, offsets not committed: %s", err)
+            return
+        self._health.checkpointed(self._checkpoint.write(self.state, offsets))
 
     def _started(self) -> DecodingConsumer:
         if self._consumer is None:
@@ -191,7 +200,10 @@ def start_offsets(
         for tp in partitions:
             offset = checkpointed.get((tp.topic, tp.partition))
             if tp.topic in samples:
-                low, high = probe.get_watermark_offsets(tp, timeout=10, cached=False)
+                low, high = retry_transient(
+                    lambda tp=tp: probe.get_watermark_offsets(tp, timeout=10, cached=False),
+                    operation="watermarks",
+                )
                 resume = low if offset is None else max(offset, low)
                 tail = max(resume, high - sample_tail)
                 skipped += tail - resume

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from pipeline.entity_tables.exceptions import ForwardFailed
 from pipeline.state_tables import workload_chain
 from schemas.models import PodEvent
+from schemas.producing import produce_with_backpressure
 from schemas.settings import KafkaSettings
 from schemas.topics import PODS, STATE_WORKLOADS, TopicSpec, entity_key
 
@@ -70,7 +71,8 @@ class PodForwarder:
     async def forward(self, pod: PodEvent, value: bytes, partition: int, offset: int) -> None:
         """Hand ``pod`` (its bytes as read at ``partition``/``offset`` of the pods topic) over."""
         for index, owner in enumerate(workload_chain(pod)):
-            self._producer.produce(
+            produce_with_backpressure(
+                self._producer,
                 self._topic,
                 key=entity_key(pod.cluster, owner.uid),
                 value=value,

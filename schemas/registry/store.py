@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.exceptions import IncompatibleSchemaError, RegistryError
+from schemas.producing import produce_with_backpressure
 from schemas.registry.compatibility import check
 from schemas.settings import KafkaSettings
 
@@ -174,7 +175,9 @@ class SchemaStore:
             if err is not None:
                 failures.append(err)
 
-        self._producer.produce(self._topic, key=key_bytes, value=value_bytes, on_delivery=delivered)
+        produce_with_backpressure(
+            self._producer, self._topic, key=key_bytes, value=value_bytes, on_delivery=delivered
+        )
         if self._producer.flush(30) or failures:
             raise RegistryError(f"could not persist to {self._topic}: {failures or 'flush timed out'}")
         self._apply(key_bytes, value_bytes)
