@@ -135,7 +135,11 @@ class DeadLetterPublisher:
             DLQ.name,
             key=record_key(DLQ, letter),
             value=self._codec.encode(DLQ, letter),
-            headers={"reason": reason.encode(), "source": f"{topic}/{partition}/{offset}".encode()},
+            headers={
+                "reason": reason.encode(),
+                "source": f"{topic}/{partition}/{offset}".encode(),
+                "consumer": self._consumer.encode(),
+            },
         )
         DEAD_LETTERS.labels(topic, reason, self._consumer).inc()
         self._log.record(f"{topic}/{partition}@{offset}", reason, letter.detail)

@@ -55,6 +55,20 @@ def unique() -> str:
 
 
 @pytest.fixture
+def hostile(tmp_path: Path) -> Iterator[tuple[GPULensSettings, Path]]:
+    """A private platform (broker, registry, ClickHouse) of one test and its config file: for
+    tests that pour junk on the catalog's own topics or freeze the broker."""
+    with private_platform(tmp_path) as settings:
+        create_topics(settings.kafka)
+        yield settings, tmp_path / "gpulens.toml"
+
+
+@pytest.fixture
+def hostile_codec(hostile: tuple[GPULensSettings, Path]) -> AvroCodec:
+    return AvroCodec(registry_client(hostile[0].registry.url))
+
+
+@pytest.fixture
 def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Processes a test starts (append them): killed at its end if still running, and reaped."""
     started: list[subprocess.Popen[bytes]] = []

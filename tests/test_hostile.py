@@ -12,102 +12,27 @@ import os
 import random
 import signal
 import struct
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from prometheus_client.parser import text_string_to_metric_families
+from hostile_support import DeadLetterReader, metric, start, wait
 
 from consumers.clickhouse.client import get_client
 from gpulens.config import GPULensSettings
-from gpulens.platform import BROKER, free_port, manager, private_platform
+from gpulens.platform import BROKER, free_port, manager
 from schemas.codec import AvroCodec, registry_client
 from schemas.dead_letters import MAX_ORIGINAL_BYTES
 from schemas.examples import example_events
 from schemas.exceptions import DecodeFailure
-from schemas.models import DeadLetter
 from schemas.producing import produce_with_backpressure
 from schemas.topic_admin import TopicAdminError, create_topics
-from schemas.topics import DLQ, NODES, PODS, TopicSpec, record_key
+from schemas.topics import NODES, PODS, TopicSpec, record_key
 
 GARBAGE = 200_000
 JUNK_BYTES = 999_000
-
-
-@pytest.fixture
-def hostile(tmp_path: Path) -> Iterator[tuple[GPULensSettings, Path]]:
-    """A private platform (broker, registry, ClickHouse) of one test and its config file."""
-    with private_platform(tmp_path) as settings:
-        create_topics(settings.kafka)
-        yield settings, tmp_path / "gpulens.toml"
-
-
-@pytest.fixture
-def hostile_codec(hostile) -> AvroCodec:
-    return AvroCodec(registry_client(hostile[0].registry.url))
-
-
-def _start(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    with log.open("ab") as stderr:
-        return subprocess.Popen(
-            [sys.executable, "-m", "gpulens", "--config", str(config), *args],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-
-
-def _metric(port: int, name: str) -> float:
-    """Sum of the samples of ``name`` a process serves (0 when it is not up yet)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return 0.0
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
-
-
-def _wait(condition, timeout: float, what: str, *processes: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        dead = [p.args for p in processes if p.poll() is not None]
-        assert not dead, f"exited while waiting for {what}: {dead}"
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
-
-
-class DeadLetterReader:
-    """Reads the committed dead letters of a private platform as they arrive: every one's
-    headers (reason, source), and every ``decode_every``-th one decoded whole."""
-
-    def __init__(self, settings: GPULensSettings, codec: AvroCodec, *, decode_every: int = 1) -> None:
-        self._consumer = Consumer(
-            settings.kafka.librdkafka(
-                **{"group.id": "dlq-reader", "isolation.level": "read_committed", "enable.auto.commit": False}
-            )
-        )
-        self._consumer.assign([TopicPartition(DLQ.name, 0, 0)])
-        self._codec, self._decode_every = codec, decode_every
-        self.headers: list[dict[str, bytes]] = []
-        self.letters: list[DeadLetter] = []
-
-    def read(self) -> int:
-        for message in self._consumer.consume(20_000, 0.5):
-            if message.error() is None:
-                if len(self.headers) % self._decode_every == 0:
-                    self.letters.append(self._codec.decode(DLQ, message.value() or b""))
-                self.headers.append(dict(message.headers() or []))
-        return len(self.headers)
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 def _garbage(codec: AvroCodec, spec: TopicSpec) -> Iterator[tuple[bytes, DecodeFailure]]:
@@ -139,14 +64,14 @@ def test_a_burst_of_garbage_is_dead_lettered_and_the_worker_stays_up(
         injected[reason.value] += 1
     assert producer.flush(60) == 0
     log = config.parent / f"worker-{group}.log"
-    worker = _start(
+    worker = start(
         config, log, "worker", "--processors", "allocation", "--group", group,
         "--idle-ms", "1000", "--metrics-port", str(port),
     )  # fmt: skip
     spawned.append(worker)
     reader = DeadLetterReader(settings, hostile_codec, decode_every=1000)
     try:
-        _wait(lambda: reader.read() >= GARBAGE, 180, f"{GARBAGE:,} dead letters", worker)
+        wait(lambda: reader.read() >= GARBAGE, 180, f"{GARBAGE:,} dead letters", worker)
         reader.read()  # more would be a duplicate
     finally:
         reader.close()
@@ -156,7 +81,7 @@ def test_a_burst_of_garbage_is_dead_lettered_and_the_worker_stays_up(
     assert sources == list(range(GARBAGE)), "every record dead-lettered once"
     assert {letter.consumer for letter in reader.letters} == {group}
     assert all(letter.source_topic == PODS.name and letter.value is not None for letter in reader.letters)
-    assert _metric(port, "gpulens_dead_letters_total") == GARBAGE
+    assert metric(port, "gpulens_dead_letters_total") == GARBAGE
     lines = [line for line in log.read_text().splitlines() if "dead letter" in line]
     assert 1 <= len(lines) <= 60, f"dead-letter logs are rate-limited: {len(lines)} lines"
 
@@ -171,15 +96,15 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
     for value in junk:
         producer.produce(NODES.name, key=b"junk", value=value)
     assert producer.flush(60) == 0
-    worker = _start(
+    worker = start(
         config, config.parent / f"worker-{worker_group}.log",
         "worker", "--processors", "allocation", "--group", worker_group, "--idle-ms", "1000",
     )  # fmt: skip
-    sink = _start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
+    sink = start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
     spawned += [worker, sink]
     reader = DeadLetterReader(settings, hostile_codec)
     try:
-        _wait(lambda: reader.read() >= 8, 120, "8 dead letters (4 from each)", worker, sink)
+        wait(lambda: reader.read() >= 8, 120, "8 dead letters (4 from each)", worker, sink)
         reader.read()
     finally:
         reader.close()
@@ -196,7 +121,7 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
     producer.produce(NODES.name, key=record_key(NODES, node), value=hostile_codec.encode(NODES, node))
     assert producer.flush(30) == 0
     client = get_client(settings.clickhouse, database=settings.clickhouse.database)
-    _wait(
+    wait(
         lambda: (
             client.query(
                 "SELECT count() FROM node_events WHERE cluster = {c:String}", parameters={"c": node.cluster}
@@ -217,22 +142,22 @@ def test_a_broker_that_stops_answering_for_seconds_is_waited_out(hostile, unique
     producer = Producer(settings.kafka.librdkafka())
     produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 before the stall")
     assert producer.flush(30) == 0
-    worker = _start(
+    worker = start(
         config, config.parent / f"worker-{worker_group}.log",
         "worker", "--processors", "allocation", "--group", worker_group,
         "--idle-ms", "1000", "--metrics-port", str(port),
     )  # fmt: skip
-    sink = _start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
+    sink = start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
     spawned += [worker, sink]
     reader = DeadLetterReader(settings, AvroCodec(registry_client(settings.registry.url)))
     try:
-        _wait(lambda: reader.read() >= 2, 60, "the first dead letter from each", worker, sink)
+        wait(lambda: reader.read() >= 2, 60, "the first dead letter from each", worker, sink)
         broker = manager(settings).status(BROKER).pid
         assert broker is not None
         os.killpg(broker, signal.SIGSTOP)  # end offsets and metadata time out meanwhile
         try:
-            _wait(
-                lambda: _metric(port, "gpulens_kafka_transient_errors_total") > 0,
+            wait(
+                lambda: metric(port, "gpulens_kafka_transient_errors_total") > 0,
                 30,
                 "the worker to count a broker call that timed out",
                 worker,
@@ -242,7 +167,7 @@ def test_a_broker_that_stops_answering_for_seconds_is_waited_out(hostile, unique
             os.killpg(broker, signal.SIGCONT)
         produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 after the stall")
         assert producer.flush(30) == 0
-        _wait(lambda: reader.read() >= 4, 90, "the second dead letter from each", worker, sink)
+        wait(lambda: reader.read() >= 4, 90, "the second dead letter from each", worker, sink)
     finally:
         reader.close()
     assert worker.poll() is None and sink.poll() is None
@@ -275,19 +200,19 @@ def test_a_worker_checkpointed_past_a_lost_log_resumes_at_its_end_and_reads_what
     assert producer.flush(30) == 0
     log = config.parent / f"worker-{group}.log"
     args = ("worker", "--processors", "allocation", "--group", group, "--idle-ms", "1000")
-    first = _start(config, log, *args)
+    first = start(config, log, *args)
     spawned.append(first)
     reader = DeadLetterReader(settings, hostile_codec)
     try:
-        _wait(lambda: reader.read() >= 10, 60, "the first worker's 10 dead letters", first)
+        wait(lambda: reader.read() >= 10, 60, "the first worker's 10 dead letters", first)
         first.terminate()
         assert first.wait(60) == 0
         _recreate(settings, PODS)
         port = free_port()
-        second = _start(config, log, *args, "--metrics-port", str(port))
+        second = start(config, log, *args, "--metrics-port", str(port))
         spawned.append(second)
-        _wait(
-            lambda: _metric(port, "gpulens_consumer_offset_resets_total") >= 1,
+        wait(
+            lambda: metric(port, "gpulens_consumer_offset_resets_total") >= 1,
             60,
             "the checkpointed offset past the new end to be reset",
             second,
@@ -295,12 +220,12 @@ def test_a_worker_checkpointed_past_a_lost_log_resumes_at_its_end_and_reads_what
         for n in range(3):  # at offsets the first worker had processed in the lost log
             produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 new %d" % n)
         assert producer.flush(30) == 0
-        _wait(lambda: reader.read() >= 13, 60, "the new records dead-lettered", second)
+        wait(lambda: reader.read() >= 13, 60, "the new records dead-lettered", second)
         reader.read()  # more would be old records read again
     finally:
         reader.close()
     new = reader.letters[10:]
     assert [letter.value for letter in new] == [b"\x07 new %d" % n for n in range(3)]
     assert [letter.source_offset for letter in new] == [0, 1, 2]
-    assert _metric(port, "gpulens_consumer_offset_resets_total") == 1
+    assert metric(port, "gpulens_consumer_offset_resets_total") == 1
     assert second.poll() is None
