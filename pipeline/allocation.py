@@ -130,7 +130,8 @@ class AllocationAggregator:
             yield rows
 
     def _moves_time(self, event: Event) -> TypeGuard[PodEvent | NodeEvent | GpuSampleBatch]:
-        return isinstance(event, PodEvent | NodeEvent) or (self.overview and isinstance(event, GpuSampleBatch))
+        samples = self.overview and isinstance(event, GpuSampleBatch)
+        return isinstance(event, PodEvent | NodeEvent) or samples
 
     def _apply_at(self, event: PodEvent | NodeEvent | GpuSampleBatch) -> None:
         """Apply one event whose windows :meth:`advance` closed."""

@@ -93,13 +93,16 @@ class EventTimeBounds:
                 f"{_iso(at_ms)} is more than {self.max_ahead_ms / 1000:g} s ahead of "
                 f"{_iso(reference)} (the wall clock or the cluster's time, whichever is later)"
             )
-        if not watermark and self.max_behind_ms and released_ms is not None:
-            if at_ms < released_ms - self.max_behind_ms:
-                return (
-                    f"{_iso(at_ms)} is more than {self.max_behind_ms / 1000:g} s behind "
-                    f"{_iso(released_ms)}, the cluster's released time"
-                )
+        horizon = None if watermark or not self.max_behind_ms or released_ms is None else released_ms
+        if horizon is not None and at_ms < horizon - self.max_behind_ms:
+            return (
+                f"{_iso(at_ms)} is more than {self.max_behind_ms / 1000:g} s behind "
+                f"{_iso(horizon)}, the cluster's released time"
+            )
         return None
+
+
+DEFAULT_BOUNDS = EventTimeBounds()
 
 
 def _iso(at_ms: int) -> str:
