@@ -234,6 +234,7 @@ class AllocationAggregator:
         """The rows of the cluster's current window (cluster, overview, nodes); opens the next."""
         size = self.windows.size_ms
         start, end = cluster.window_start, cluster.window_start + size
+        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
         if self.per_node:  # closing changes every node series
             self._changed.update(("node", cluster.name, name) for name in cluster.node_series)
         row = self._cluster_row(cluster, start, end, *cluster.series.close(end, size))

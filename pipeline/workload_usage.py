@@ -172,6 +172,7 @@ class WorkloadUsage:
     def _close_window(self, cluster: _Cluster) -> list[WorkloadGpuUsage]:
         """The rows of the cluster's current window; opens the next."""
         start, end = cluster.window_start, cluster.window_start + self.windows.size_ms
+        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
         self._changed.update(("usage", cluster.name, uid) for uid in cluster.usage)  # every series closes
         rows: list[WorkloadGpuUsage] = []
         for uid in sorted(cluster.usage):
