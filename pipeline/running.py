@@ -216,12 +216,12 @@ class StreamWorker:
         self._released: list[Stamped[Input]] = []
         """Records the current merge released, processed up to ``_finished`` (excluded)."""
         self._finished = 0
-        self._commit(claim=True)  # before this incarnation publishes anything
         self.processed = 0
         """Records processed since start."""
         self.published = 0
         """Rows published since start."""
         self._reported = (time.monotonic(), 0)
+        self._commit(claim=True)  # before this incarnation publishes anything
         if cold:
             log.info("worker %s: no checkpoint, reading the inputs from the beginning", options.group_id)
         else:
@@ -326,8 +326,6 @@ class StreamWorker:
         WAITING.set(sum(m.buffered for m in self._merges.values()))
         if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
             self._commit()
-        if time.monotonic() - self._reported[0] >= self._options.report_s:
-            self._report()
         return True
 
     def _report(self) -> None:
@@ -513,6 +511,8 @@ class StreamWorker:
         self._checkpoint.begin()
         self._pending = 0
         self._cycle_started = time.monotonic()
+        if time.monotonic() - self._reported[0] >= self._options.report_s:
+            self._report()  # here, not per step: one step may last long (a catch-up, a gap)
 
     def _abort(self) -> None:
         """Stopped mid-cycle: drop the cycle in flight; a restart redoes it from the last commit."""
