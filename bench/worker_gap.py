@@ -104,6 +104,9 @@ class Counting:
                     self.rows += 1
                     self.distinct.add(hash(message.value()))
 
+    def close(self) -> None:
+        self._consumer.close()
+
 
 def watch(
     process: subprocess.Popen[bytes], counting: Counting, expected: int, until_s: float | None
@@ -150,6 +153,7 @@ def main() -> None:
             first.wait(60)
         took = time.monotonic() - began
         counting.poll(3.0)  # a row written twice would still come
+        counting.close()
         print(f"{args.nodes} nodes, {windows:,} windows: {counting.rows:,} rows committed "
               f"({len(counting.distinct):,} distinct, {expected:,} expected) in {took:.0f} s "
               f"({counting.rows / took:,.0f} rows/s); worker peak RSS (VmHWM) {peak:.0f} MB")  # fmt: skip
