@@ -4,8 +4,9 @@ Definitions (DESIGN.md): a pod holds GPUs while bound, Running and not deleted; 
 one instant are applied together, so an amount "at an instant" is the amount after all of
 that instant's events; a window ``[start, end)`` reports the time-weighted mean, the largest
 amount at any instant, and the amount at its end; windows without events still get their
-row (state carries over). Node rows are written for nodes that held GPUs or changed in the
-window; a node missing from a window held nothing and did not change.
+row (state carries over), handed over one window at a time by :meth:`AllocationAggregator.advance`
+so that a long gap is never one list. Node rows are written for nodes that held GPUs or changed
+in the window; a node missing from a window held nothing and did not change.
 
 Records must arrive in non-decreasing event time per cluster (the runner merges partitions
 by event time); an earlier one raises :class:`LateEvent`, and the caller dead-letters it.

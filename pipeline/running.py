@@ -131,6 +131,7 @@ class WorkerOptions:
     cycle_s: float = 1.0
     """Longest time between two transaction commits."""
     cycle_records: int = 20_000
+    """Records processed plus rows published that fill a cycle (a gap's rows count too)."""
     report_s: float = 10.0
     """How often progress is logged."""
     shard: Shard = UNSHARDED
