@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -239,3 +242,9 @@ def worker(
         ),
     )
     StreamWorker(settings.kafka, codec, operators, options).run(stop)
+    # Its cycle is committed or aborted and its consumer closed: what is left in memory needs no
+    # cleanup, and freeing it object by object (a catch-up's buffered records) took 3-12 s.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
