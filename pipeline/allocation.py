@@ -4,8 +4,9 @@ Definitions (DESIGN.md): a pod holds GPUs while bound, Running and not deleted; 
 one instant are applied together, so an amount "at an instant" is the amount after all of
 that instant's events; a window ``[start, end)`` reports the time-weighted mean, the largest
 amount at any instant, and the amount at its end; windows without events still get their
-row (state carries over). Node rows are written for nodes that held GPUs or changed in the
-window; a node missing from a window held nothing and did not change.
+row (state carries over), handed over one window at a time by :meth:`AllocationAggregator.advance`
+so that a long gap is never one list. Node rows are written for nodes that held GPUs or changed
+in the window; a node missing from a window held nothing and did not change.
 
 Records must arrive in non-decreasing event time per cluster (the runner merges partitions
 by event time); an earlier one raises :class:`LateEvent`, and the caller dead-letters it.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from pipeline.checkpointing import StateKey
 from pipeline.exceptions import LateEvent
@@ -98,17 +99,45 @@ class AllocationAggregator:
 
     def process(self, event: Event) -> list[AllocationRow]:
         """Apply a pod, node or sample event, or close windows on a final watermark."""
-        if isinstance(event, PodEvent | NodeEvent) or (self.overview and isinstance(event, GpuSampleBatch)):
+        if self._moves_time(event):
             return self.apply(event)
         if isinstance(event, Watermark) and event.final:
-            return self.finish(event.cluster, to_ms(event.event_time))
+            return _flat(self.advance(event)) + self.finish(event.cluster, to_ms(event.event_time))
         return []
 
     def apply(self, event: PodEvent | NodeEvent | GpuSampleBatch) -> list[AllocationRow]:
-        """Apply one event; returns the rows of the windows its time closed."""
+        """Apply one event; returns the rows of the windows its time closed (all of them:
+        the worker takes them from :meth:`advance` one window at a time first)."""
+        rows = _flat(self.advance(event))
+        self._apply_at(event)
+        return rows
+
+    def advance(self, event: Event) -> Iterator[list[AllocationRow]]:
+        """Close the windows that end by ``event``'s time, one window's rows at a time, before it
+        is processed. After each window the cluster's instant moves to that window's end
+        (nothing happened in between), so state checkpointed between two windows goes on from
+        there, and an event given again after a restart closes only what is left. Lazy: a day's
+        gap is not built as one list."""
+        if not (self._moves_time(event) or (isinstance(event, Watermark) and event.final)):
+            return
+        at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
+        if cluster is None or at <= cluster.instant:
+            return
+        self._changed.add(("cluster", cluster.name))
+        self._settle(cluster)
+        while cluster.window_start + self.windows.size_ms <= at:
+            rows = self._close_window(cluster)
+            cluster.instant = cluster.window_start
+            yield rows
+
+    def _moves_time(self, event: Event) -> TypeGuard[PodEvent | NodeEvent | GpuSampleBatch]:
+        samples = self.overview and isinstance(event, GpuSampleBatch)
+        return isinstance(event, PodEvent | NodeEvent) or samples
+
+    def _apply_at(self, event: PodEvent | NodeEvent | GpuSampleBatch) -> None:
+        """Apply one event whose windows :meth:`advance` closed."""
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
-        rows: list[AllocationRow] = []
         self._changed.add(("cluster", event.cluster))
         if cluster is None:
             start = self.windows.start_of(at)
@@ -122,7 +151,6 @@ class AllocationAggregator:
             )
         elif at > cluster.instant:
             self._settle(cluster)
-            rows = self._close_before(cluster, at)
             cluster.instant = at
         if isinstance(event, PodEvent):
             self._apply_pod(cluster, event)
@@ -132,7 +160,6 @@ class AllocationAggregator:
             values = [s.utilization_pct for s in event.samples if s.utilization_pct is not None]
             cluster.util_sum += sum(values)
             cluster.util_count += len(values)
-        return rows
 
     def finish(self, cluster_name: str, at: int | None = None) -> list[AllocationRow]:
         """Close every window up to the one holding ``at`` (default: the last instant seen)."""
@@ -141,8 +168,11 @@ class AllocationAggregator:
             return []
         self._changed.add(("cluster", cluster_name))
         self._settle(cluster)
-        until = max(cluster.instant, at or cluster.instant)
-        return self._close_before(cluster, self.windows.start_of(until) + self.windows.size_ms)
+        end = self.windows.start_of(max(cluster.instant, at or cluster.instant)) + self.windows.size_ms
+        rows: list[AllocationRow] = []
+        while cluster.window_start < end:
+            rows += self._close_window(cluster)
+        return rows
 
     # --- state changes ----------------------------------------------------------------------
 
@@ -201,20 +231,20 @@ class AllocationAggregator:
             cluster.changed_in_window.add(name)
         cluster.touched.clear()
 
-    def _close_before(self, cluster: _Cluster, at: int) -> list[AllocationRow]:
-        rows: list[AllocationRow] = []
+    def _close_window(self, cluster: _Cluster) -> list[AllocationRow]:
+        """The rows of the cluster's current window (cluster, overview, nodes); opens the next."""
         size = self.windows.size_ms
-        if self.per_node and cluster.window_start + size <= at:  # closing changes every node series
+        start, end = cluster.window_start, cluster.window_start + size
+        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
+        if self.per_node:  # closing changes every node series
             self._changed.update(("node", cluster.name, name) for name in cluster.node_series)
-        while cluster.window_start + size <= at:
-            start, end = cluster.window_start, cluster.window_start + size
-            row = self._cluster_row(cluster, start, end, *cluster.series.close(end, size))
-            rows.append(row)
-            if self.overview:
-                rows.append(self._overview_row(cluster, row))
-            if self.per_node:
-                rows += self._node_rows(cluster, start, end)
-            cluster.window_start = end
+        row = self._cluster_row(cluster, start, end, *cluster.series.close(end, size))
+        rows: list[AllocationRow] = [row]
+        if self.overview:
+            rows.append(self._overview_row(cluster, row))
+        if self.per_node:
+            rows += self._node_rows(cluster, start, end)
+        cluster.window_start = end
         return rows
 
     def _cluster_row(
@@ -344,6 +374,10 @@ class AllocationAggregator:
                 cluster.changed_in_window.add(key[2])
             if touched:
                 cluster.touched.add(key[2])
+
+
+def _flat(windows: Iterator[list[AllocationRow]]) -> list[AllocationRow]:
+    return [row for window in windows for row in window]
 
 
 def _series(series: HeldAmount) -> list[int]:

@@ -105,6 +105,10 @@ class Checkpoint:
             self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
         self._producer.commit_transaction(30)
 
+    def abort(self) -> None:
+        """Drop the cycle: its rows, state changes and offsets never become visible."""
+        self._producer.abort_transaction(30)
+
 
 def _entries(part: Stateful, keys: Iterable[StateKey]) -> Iterator[tuple[bytes, bytes | None]]:
     for key in keys:

@@ -28,6 +28,16 @@ Rules, per cluster:
 - A cluster none of whose sources ever sent a watermark has no event time here (``None``):
   the worker falls back to its partition rule (:mod:`pipeline.merging`).
 
+Bounds (:class:`EventTimeBounds`), checked before a record reaches the clocks or a merge: a
+record or watermark whose time lies further ahead than ``max_ahead_ms`` of both the wall clock
+and the cluster's newest time (released or vouched for by a watermark), or before
+:data:`EARLIEST` (an unset clock), or a record further than ``max_behind_ms`` behind what its
+cluster already released, is out of bounds: the worker dead-letters it, and it moves no clock.
+Ahead is measured from the greater of the two so that a replay of a past trace (its cluster's
+time far behind the wall clock) and a cluster whose clock runs ahead of the worker's both pass.
+Behind is measured from the cluster's released time only: a state change within the horizon is
+still applied (restamped), one older than it would put long-superseded state back.
+
 The worker checkpoints the sources' watermarks and the instant released per cluster
 (:class:`~pipeline.checkpointing.Stateful`, one key per cluster); watermarks restored wait for a new
 barrier, since the records they vouch for are fetched again.
@@ -40,13 +50,63 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.windows import from_ms
+
 Partition = tuple[str, int]
 UNBOUNDED = 2**63 - 1
 """The time of a cluster that has ended: everything may go."""
 _NOTHING = -(2**63)
+EARLIEST = 946_684_800_000
+"""2000-01-01T00:00:00Z: no GPU cluster record is older; a time before it is an unset clock."""
+DAY_MS = 86_400_000
 CLOCK_SKEW_MS = 2_000
 """How far producers' clocks may disagree: a record another producer stamped this much later
 than a watermark may still precede the watermark's own source's records in a partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventTimeBounds:
+    """How far from its cluster's time a record may lie and still be applied (module docstring)."""
+
+    max_ahead_ms: int = DAY_MS
+    """Ahead of both the wall clock and the cluster's newest time."""
+    max_behind_ms: int = 7 * DAY_MS
+    """Behind the cluster's released time; 0: no horizon (only :data:`EARLIEST` holds)."""
+
+    def __post_init__(self) -> None:
+        if self.max_ahead_ms <= 0 or self.max_behind_ms < 0:
+            raise ValueError(
+                f"event-time bounds: ahead must be positive and behind non-negative, got "
+                f"{self.max_ahead_ms} and {self.max_behind_ms} ms"
+            )
+
+    def violation(
+        self, at_ms: int, *, now_ms: int, newest_ms: int | None, released_ms: int | None, watermark: bool
+    ) -> str | None:
+        """Why a record at ``at_ms`` is out of bounds, or None. A watermark has no horizon
+        behind: a source's late watermark holds nothing back that it did not already hold."""
+        if at_ms < EARLIEST:
+            return f"{_iso(at_ms)} is before {_iso(EARLIEST)}"
+        reference = max(now_ms, newest_ms if newest_ms is not None else now_ms)
+        if at_ms > reference + self.max_ahead_ms:
+            return (
+                f"{_iso(at_ms)} is more than {self.max_ahead_ms / 1000:g} s ahead of "
+                f"{_iso(reference)} (the wall clock or the cluster's time, whichever is later)"
+            )
+        horizon = None if watermark or not self.max_behind_ms or released_ms is None else released_ms
+        if horizon is not None and at_ms < horizon - self.max_behind_ms:
+            return (
+                f"{_iso(at_ms)} is more than {self.max_behind_ms / 1000:g} s behind "
+                f"{_iso(horizon)}, the cluster's released time"
+            )
+        return None
+
+
+DEFAULT_BOUNDS = EventTimeBounds()
+
+
+def _iso(at_ms: int) -> str:
+    return from_ms(at_ms).isoformat()
 
 
 @dataclass(slots=True)
@@ -197,6 +257,15 @@ class EventClocks:
         """Event time of the newest record of ``cluster`` handed over (None: none yet)."""
         state = self._clusters.get(cluster)
         return None if state is None or state.released_ms == _NOTHING else state.released_ms
+
+    def newest_ms(self, cluster: str) -> int | None:
+        """The cluster's newest time: released, or vouched for by a watermark (None: neither)."""
+        state = self._clusters.get(cluster)
+        if state is None:
+            return None
+        vouched = [s.effective for s in state.sources.values() if s.effective is not None]
+        newest = max([*vouched, state.released_ms])
+        return None if newest == _NOTHING else newest
 
     # --- checkpoint (pipeline.checkpointing.Stateful): ["cluster", name] per cluster ----------
 

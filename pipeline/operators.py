@@ -58,6 +58,13 @@ class Operator(Protocol):
     state: Stateful
     """What a restart restores instead of re-reading the inputs."""
 
+    def advance(self, event: Event) -> Iterator[Sequence[Row]]:
+        """The rows of the windows ``event``'s time closes, one window at a time, lazily (a day's
+        gap is thousands of windows). State between two of them is a sound checkpoint: the
+        worker may commit there and, after a restart, give ``event`` again, which closes only
+        the windows left. ``process(event)`` afterwards returns only what the event itself causes."""
+        ...
+
     def process(self, event: Event) -> Sequence[Row]:
         """Rows caused by ``event`` (raises LateEvent for an event older than applied time)."""
         ...
@@ -65,6 +72,13 @@ class Operator(Protocol):
     def output(self, row: Row) -> TopicSpec:
         """The topic a row goes to."""
         ...
+
+
+class _Unwindowed:
+    """An operator without windows: its work per event is bounded, nothing to close first."""
+
+    def advance(self, _event: Event) -> Iterator[Sequence[Row]]:
+        return iter(())
 
 
 class AllocationOperator:
@@ -75,6 +89,9 @@ class AllocationOperator:
     def __init__(self, windows: TumblingWindows, *, per_node: bool, overview: bool = False) -> None:
         self.state = self._aggregator = AllocationAggregator(windows, per_node=per_node, overview=overview)
         self.inputs = (NODES, PODS, GPU_SAMPLES, WATERMARKS) if overview else (NODES, PODS, WATERMARKS)
+
+    def advance(self, event: Event) -> Iterator[Sequence[Record]]:
+        return self._aggregator.advance(event)
 
     def process(self, event: Event) -> Sequence[Record]:
         return self._aggregator.process(event)
@@ -94,6 +111,9 @@ class WorkloadUsageOperator:
     def __init__(self, windows: TumblingWindows) -> None:
         self.state = self._usage = WorkloadUsage(windows)
 
+    def advance(self, event: Event) -> Iterator[Sequence[Record]]:
+        return self._usage.advance(event)
+
     def process(self, event: Event) -> Sequence[Record]:
         return self._usage.process(event)
 
@@ -101,7 +121,7 @@ class WorkloadUsageOperator:
         return WORKLOAD_USAGE
 
 
-class AlertOperator:
+class AlertOperator(_Unwindowed):
     """GpuIdle, GpuPodPending, NodeNotReady and GpuLost alerts."""
 
     name = "alerts"
@@ -117,7 +137,7 @@ class AlertOperator:
         return ALERTS
 
 
-class DeviceChangelogOperator:
+class DeviceChangelogOperator(_Unwindowed):
     """DeviceChange records from successive inventories of each node.
 
     Its state, ``["inventory", cluster, node]``, is each node's last inventory as JSON; it is
@@ -160,7 +180,7 @@ class DeviceChangelogOperator:
         self._last[(key[1], key[2])] = DeviceInventory.model_validate(value)
 
 
-class StateOperator:
+class StateOperator(_Unwindowed):
     """Compacted state topics: pods, nodes, device inventories, containers, workloads."""
 
     name = "state"

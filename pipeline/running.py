@@ -12,7 +12,18 @@ released per cluster in event-time order once below the smallest watermark of it
 minus the allowed lateness; a state change older than what was already released is applied at
 that instant and reported, never dropped; operators see a cluster's final watermark once every
 source of it has sent its own. Clusters without watermarks fall back to the partition rule of
-:mod:`pipeline.merging`.
+:mod:`pipeline.merging`. A record whose event time is out of bounds (far ahead of the wall clock
+and of its cluster, before 2000, or far behind what its cluster released: see
+:class:`~pipeline.event_time.EventTimeBounds`) is dead-lettered as ``event-time-out-of-bounds``
+before it can move any clock.
+
+Work per record is bounded: the windows a record's time closes (a day's gap on a large cluster
+is millions of rows) come from the operators one window at a time (``Operator.advance``), are
+published as they come, and the cycle is committed between two windows when it is full, the
+record itself still counting as unprocessed; a restart gives it again and the operators close
+only the windows left. A stop (SIGTERM) is checked between records and between windows: the
+cycle in flight is aborted, so the worker exits within about one window's work, and a restart
+redoes that cycle from the last commit.
 
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
 cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
@@ -26,6 +37,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from confluent_kafka import (
@@ -42,7 +54,7 @@ from prometheus_client import Counter, Gauge
 
 from pipeline.alignment import Alignment
 from pipeline.checkpointing import Checkpoint, Stateful
-from pipeline.event_time import EventClocks
+from pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
 from pipeline.exceptions import LateEvent, PipelineError
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator, Row
@@ -76,8 +88,16 @@ class _OffsetOnly:
     source's watermark): only its offset counts."""
 
 
+@dataclass(frozen=True, slots=True)
+class _OutOfBounds:
+    """A record whose event time is out of bounds: dead-lettered in its place, applied nowhere."""
+
+    record: Event
+    detail: str
+
+
 OFFSET_ONLY = _OffsetOnly()
-Input = Event | DecodeError | _OffsetOnly
+Input = Event | DecodeError | _OffsetOnly | _OutOfBounds
 STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerEvent)
 """Records that change state: never dropped as late (see ``StreamWorker._take``)."""
 
@@ -88,6 +108,11 @@ LATE = Counter("gpulens_worker_late_events_total", "Events older than applied ev
 LATE_STATE = Counter(
     "gpulens_worker_late_state_changes_total",
     "State changes older than their cluster's released event time: applied at that time, not dropped.",
+)
+OUT_OF_BOUNDS = Counter(
+    "gpulens_worker_event_time_out_of_bounds_total",
+    "Records whose event time is out of bounds (sent to the DLQ as event-time-out-of-bounds).",
+    ["topic"],
 )
 WAITING = Gauge(
     "gpulens_worker_buffered_records", "Records buffered until their cluster's event time passes them."
@@ -113,10 +138,13 @@ class WorkerOptions:
     cycle_s: float = 1.0
     """Longest time between two transaction commits."""
     cycle_records: int = 20_000
+    """Records processed plus rows published that fill a cycle (a gap's rows count too)."""
     report_s: float = 10.0
     """How often progress is logged."""
     shard: Shard = UNSHARDED
     """Which clusters this worker keeps (by record key); every one by default."""
+    bounds: EventTimeBounds = DEFAULT_BOUNDS
+    """Event times the worker applies; records outside go to the DLQ."""
 
 
 class StreamWorker:
@@ -200,12 +228,15 @@ class StreamWorker:
         self._checkpoint.begin()
         self._pending = 0
         self._peak_buffered = 0
-        self._commit(claim=True)  # before this incarnation publishes anything
+        self._released: list[Stamped[Input]] = []
+        """Records the current merge released, processed up to ``_finished`` (excluded)."""
+        self._finished = 0
         self.processed = 0
         """Records processed since start."""
         self.published = 0
         """Rows published since start."""
         self._reported = (time.monotonic(), 0)
+        self._commit(claim=True)  # before this incarnation publishes anything
         if cold:
             log.info("worker %s: no checkpoint, reading the inputs from the beginning", options.group_id)
         else:
@@ -287,14 +318,20 @@ class StreamWorker:
         lag = LagMonitor(self._kafka, self._options.group_id, partitions).start()
         try:
             while not stop.is_set():
-                self.step()
+                if not self.step(stop=stop):
+                    self._abort()
+                    return
             self._commit()
         finally:
             lag.stop()
             self._consumer.close()
 
-    def step(self, timeout: float = 0.2) -> None:
-        """Fetch, merge, process what is ready, and commit when the cycle is full or old."""
+    def step(self, timeout: float = 0.2, *, stop: threading.Event | None = None) -> bool:
+        """Fetch, merge, process what is ready, and commit when the cycle is full or old.
+
+        False when ``stop`` was set before the records released were all processed: the cycle
+        in flight is then half done, and the caller must abort it (:meth:`run` does).
+        """
         for message in self._consumer.consume(self._alignment.fetch_size, timeout):
             self._take(message)
         self._idle.tick()
@@ -303,27 +340,32 @@ class StreamWorker:
             self._clocks.barrier(ends, self._stamped_from)
         self._clocks.settle(self._fetched)
         for cluster, merge in list(self._merges.items()):
-            items = merge.release(self._clocks.limit(cluster))
+            items = self._released = merge.release(self._clocks.limit(cluster))
             # A source's watermark is the worker's business; operators hear only the end of a
             # cluster: the last final watermark, once every source of it has sent one.
             last = len(items) - 1 if items and self._clocks.ended(cluster) else -1
             for index, item in enumerate(items):
+                self._finished = index
+                if stop is not None and stop.is_set():
+                    return False
                 if isinstance(item.record, Watermark) and not (index == last and item.record.final):
                     item = replace(item, record=OFFSET_ONLY)
                 self._clocks.released(cluster, item.event_ms)
-                self._process(item, cluster)
+                if not self._process(item, cluster, stop):
+                    return False
+                self._finished = index + 1
+                if self._pending >= self._options.cycle_records:
+                    self._commit()
+            self._released = []
         buffered = sum(m.buffered for m in self._merges.values())
         WAITING.set(buffered)
         if buffered > self._peak_buffered:
             self._peak_buffered = buffered
             WAITING_PEAK.set(buffered)
         self._alignment.tick(buffered)
-        if self._pending >= self._options.cycle_records or (
-            self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s
-        ):
+        if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
             self._commit()
-        if time.monotonic() - self._reported[0] >= self._options.report_s:
-            self._report()
+        return True
 
     def _report(self) -> None:
         now, before = time.monotonic(), self._reported
@@ -374,15 +416,26 @@ class StreamWorker:
                 record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
                 if self._shard is not None:
                     _check_key(key, record)
-                event_ms = self._last_ms[(topic, partition)] = to_ms(record.event_time)
-                cluster = record.cluster
-                if isinstance(record, Watermark):
+                event_ms, cluster = to_ms(record.event_time), record.cluster
+                beyond = self._options.bounds.violation(
+                    event_ms,
+                    now_ms=round(time.time() * 1000),
+                    newest_ms=self._clocks.newest_ms(cluster),
+                    released_ms=self._clocks.released_ms(cluster),
+                    watermark=isinstance(record, Watermark),
+                )
+                if beyond is not None:  # it moves no clock and keeps its partition's place
+                    record = _OutOfBounds(record, beyond)
+                    event_ms = self._last_ms.get((topic, partition), 0)
+                elif isinstance(record, Watermark):
+                    self._last_ms[(topic, partition)] = event_ms
                     kind, stamped = message.timestamp()
                     self._clocks.watermark(
                         cluster, record.source, event_ms, final=record.final,
                         produced_ms=stamped if kind == TIMESTAMP_CREATE_TIME else None,
                     )  # fmt: skip
                 else:
+                    self._last_ms[(topic, partition)] = event_ms
                     self._clocks.heard(cluster, record.source)
                     released = self._clocks.released_ms(cluster)
                     if released is not None and event_ms < released and isinstance(record, STATE_CHANGES):
@@ -409,35 +462,41 @@ class StreamWorker:
             )
         )
 
-    def _process(self, item: Stamped[Input], cluster: str) -> None:
+    def _process(self, item: Stamped[Input], cluster: str, stop: threading.Event | None) -> bool:
+        """Process one released record; False when ``stop`` came while its windows closed."""
         record = item.record
         self.processed += 1
         self._pending += 1
         if record is OFFSET_ONLY:
             self._positions.processed(cluster, item.topic, item.partition, item.offset)
-            return
+            return True
         self._records_in[item.topic].inc()
-        if isinstance(record, DecodeError):
-            self._dlq.send(item.topic, item.partition, item.offset, key=item.key, value=item.value,
-                           reason=record.reason.value, detail=record.detail)  # fmt: skip
+        if isinstance(record, DecodeError | _OutOfBounds):
+            self._dead_letter(item, record)
             self._positions.processed(cluster, item.topic, item.partition, item.offset)
-            return
+            return True
         assert isinstance(record, Event)
         if isinstance(record, Watermark) and record.final:
             log.info(
                 "final watermark of cluster %s at %s: closing its windows", record.cluster, record.event_time
             )
+        operators = self._routes[item.topic]
+        for operator in operators:
+            for window in operator.advance(record):
+                self._publish(operator, window)
+                if stop is not None and stop.is_set():
+                    return False
+                if self._pending >= self._options.cycle_records or (
+                    time.monotonic() - self._cycle_started >= self._options.cycle_s
+                ):
+                    self._commit()  # between two windows, this record still unprocessed
         late: LateEvent | None = None
-        for operator in self._routes[item.topic]:
+        for operator in operators:
             try:
                 rows = operator.process(record)
             except LateEvent as err:
                 late, rows = err, []
-            for row in rows:
-                spec = operator.output(row)
-                self._produce(spec, row)
-                ROWS_OUT.labels(spec.name).inc()
-                self.published += 1
+            self._publish(operator, rows)
         if late is not None:
             LATE.inc()
             self._dlq.send(
@@ -445,6 +504,33 @@ class StreamWorker:
                 reason="late-event", detail=str(late),
             )  # fmt: skip
         self._positions.processed(cluster, item.topic, item.partition, item.offset)
+        return True
+
+    def _dead_letter(self, item: Stamped[Input], record: DecodeError | _OutOfBounds) -> None:
+        if isinstance(record, DecodeError):
+            reason, detail = record.reason.value, record.detail
+        else:
+            OUT_OF_BOUNDS.labels(item.topic).inc()
+            event = record.record
+            reason = "event-time-out-of-bounds"
+            detail = f"{type(event).__name__} {event.event_id} of cluster {event.cluster}: {record.detail}"
+        self._dlq.send(
+            item.topic,
+            item.partition,
+            item.offset,
+            key=item.key,
+            value=item.value,
+            reason=reason,
+            detail=detail,
+        )
+
+    def _publish(self, operator: Operator, rows: Iterable[Row]) -> None:
+        for row in rows:
+            spec = operator.output(row)
+            self._produce(spec, row)
+            ROWS_OUT.labels(spec.name).inc()
+            self.published += 1
+            self._pending += 1
 
     def _produce(self, spec: TopicSpec, row: Row) -> None:
         if isinstance(row, Tombstone):
@@ -459,6 +545,9 @@ class StreamWorker:
         for merge in self._merges.values():
             for partition, first in merge.first_offsets().items():
                 restart[partition] = min(restart[partition], first)
+        for item in self._released[self._finished :]:  # released, not (fully) processed yet
+            partition = (item.topic, item.partition)
+            restart[partition] = min(restart[partition], item.offset)
         moved = self._positions.advance(restart)
         offsets = restart if claim else moved
         self._checkpoint.commit(
@@ -467,6 +556,13 @@ class StreamWorker:
         self._checkpoint.begin()
         self._pending = 0
         self._cycle_started = time.monotonic()
+        if time.monotonic() - self._reported[0] >= self._options.report_s:
+            self._report()  # here, not per step: one step may last long (a catch-up, a gap)
+
+    def _abort(self) -> None:
+        """Stopped mid-cycle: drop the cycle in flight; a restart redoes it from the last commit."""
+        log.info("stopped mid-cycle: aborting the transaction in flight (%d records and rows)", self._pending)
+        self._checkpoint.abort()
 
 
 def _restamp(record: Event, released_ms: int) -> Event:

@@ -77,10 +77,11 @@ class WorkloadUsage:
         self._changed: set[StateKey] = set()
 
     def process(self, event: Event) -> list[WorkloadGpuUsage]:
-        """Apply one event; returns the rows of the windows its time closed."""
+        """Apply one event; returns the rows of the windows its time closed (all of them:
+        :meth:`advance` first hands them over one by one)."""
+        rows = [row for window in self.advance(event) for row in window]
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
-        rows: list[WorkloadGpuUsage] = []
         self._changed.add(("cluster", event.cluster))
         if cluster is None:
             cluster = self._clusters[event.cluster] = _Cluster(event.cluster, self.windows.start_of(at), at)
@@ -90,7 +91,6 @@ class WorkloadUsage:
             )
         elif at > cluster.instant:
             self._settle(cluster)
-            rows = self._close_before(cluster, at)
             cluster.instant = at
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
@@ -100,10 +100,23 @@ class WorkloadUsage:
             cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
             cluster.holders.inventory(event)
-        elif isinstance(event, Watermark) and event.final:
+        elif isinstance(event, Watermark) and event.final and cluster.window_start <= at:
             self._settle(cluster)
-            rows += self._close_before(cluster, self.windows.start_of(at) + self.windows.size_ms)
+            rows += self._close_window(cluster)  # the window holding the final watermark
         return rows
+
+    def advance(self, event: Event) -> Iterator[list[WorkloadGpuUsage]]:
+        """Close the windows that end by ``event``'s time, one window's rows at a time, before it
+        is processed. Settling applies only the series touched since (none, the second time),
+        so state checkpointed between two windows goes on from there, and an event given again
+        after a restart closes only what is left. Lazy: a day's gap is not built as one list."""
+        at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
+        if cluster is None or at <= cluster.instant:
+            return
+        self._changed.add(("cluster", cluster.name))
+        self._settle(cluster)
+        while cluster.window_start + self.windows.size_ms <= at:
+            yield self._close_window(cluster)
 
     def _usage(self, cluster: _Cluster, workload: _Workload) -> _Usage:
         self._changed.add(("usage", cluster.name, workload.uid))
@@ -153,21 +166,20 @@ class WorkloadUsage:
             usage.series.settle(cluster.instant, usage.held)
         cluster.touched.clear()
 
-    def _close_before(self, cluster: _Cluster, at: int) -> list[WorkloadGpuUsage]:
+    def _close_window(self, cluster: _Cluster) -> list[WorkloadGpuUsage]:
+        """The rows of the cluster's current window; opens the next."""
+        start, end = cluster.window_start, cluster.window_start + self.windows.size_ms
+        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
+        self._changed.update(("usage", cluster.name, uid) for uid in cluster.usage)  # every series closes
         rows: list[WorkloadGpuUsage] = []
-        size = self.windows.size_ms
-        if cluster.window_start + size <= at:  # closing changes every series
-            self._changed.update(("usage", cluster.name, uid) for uid in cluster.usage)
-        while cluster.window_start + size <= at:
-            start, end = cluster.window_start, cluster.window_start + size
-            for uid in sorted(cluster.usage):
-                usage = cluster.usage[uid]
-                series = usage.series
-                if series.value == 0 and series.maximum == 0 and usage.util_count == 0:
-                    del cluster.usage[uid]  # nothing held, nothing sampled: no row until it changes
-                    continue
-                rows.append(self._row(cluster, cluster.workloads[uid], usage, start, end))
-            cluster.window_start = end
+        for uid in sorted(cluster.usage):
+            usage = cluster.usage[uid]
+            series = usage.series
+            if series.value == 0 and series.maximum == 0 and usage.util_count == 0:
+                del cluster.usage[uid]  # nothing held, nothing sampled: no row until it changes
+                continue
+            rows.append(self._row(cluster, cluster.workloads[uid], usage, start, end))
+        cluster.window_start = end
         return rows
 
     def _row(

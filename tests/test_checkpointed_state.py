@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from alert_oracle import SAMPLES
@@ -73,25 +73,37 @@ OPERATORS: dict[str, Callable[[], Operator]] = {
 STREAMS: dict[str, Callable[[], list[Event]]] = {"simulated": simulated, "alibaba": alibaba, "genai": genai}
 
 
+def save(operator: Operator, changelog: dict[bytes, str]) -> int:
+    """Write the keys the operator changed into ``changelog``, as a checkpoint does; how many."""
+    written = 0
+    for key in operator.state.changed():
+        value = operator.state.dump(key)
+        written += 1
+        if value is None:
+            changelog.pop(encode_key(key), None)
+        else:
+            changelog[encode_key(key)] = json.dumps(value)
+    return written
+
+
+def restored(make: Callable[[], Operator], changelog: dict[bytes, str]) -> Operator:
+    operator = make()
+    for raw, value in changelog.items():
+        operator.state.load(decode_key(raw), json.loads(value))
+    return operator
+
+
 def run(make: Callable[[], Operator], events: list[Event], cuts: set[int]) -> tuple[list, int]:
     """Rows of ``events``, restarting from the changelog at every cut; changelog records written."""
     operator, changelog, written = make(), {}, 0
     rows: list = []
     for index, event in enumerate(events):
         if index in cuts:
-            operator = make()
-            for raw, value in changelog.items():
-                operator.state.load(decode_key(raw), json.loads(value))
+            operator = restored(make, changelog)
         if any(isinstance(event, spec.record) for spec in operator.inputs):
             rows += operator.process(event)
         if index % CYCLE == CYCLE - 1 or index + 1 in cuts:
-            for key in operator.state.changed():
-                value = operator.state.dump(key)
-                written += 1
-                if value is None:
-                    changelog.pop(encode_key(key), None)
-                else:
-                    changelog[encode_key(key)] = json.dumps(value)
+            written += save(operator, changelog)
     return rows, written
 
 
@@ -112,6 +124,38 @@ def test_an_operator_restored_from_its_changelog_gives_the_rows_of_one_never_sto
     cuts = {len(stream) * k // 7 + k for k in range(1, 7)}  # mid-cycle cuts, not on cycle bounds
     restored, _ = run(make, stream, cuts)
     assert restored == expected
+
+
+def gapped() -> list[Event]:
+    """The simulated cluster, its second half a day later: one record closes 144 windows."""
+    events = simulated()
+    half = len(events) // 2
+    later = [e.model_copy(update={"event_time": e.event_time + timedelta(days=1)}) for e in events[half:]]
+    return events[:half] + later
+
+
+@pytest.mark.parametrize("name", ["allocation", "workloads"])
+def test_a_checkpoint_between_two_windows_of_a_gap_resumes_with_the_windows_left(name: str) -> None:
+    """The worker commits between two windows an event closes, and after a crash gives the event
+    again: two commits in a gap, a crash, a restore from the changelog, the event again."""
+    make = OPERATORS[name]
+    events = [e for e in gapped() if any(isinstance(e, spec.record) for spec in make().inputs)]
+    expected, _ = run(make, events, set())
+    operator, changelog, rows, crashes = make(), {}, [], 0
+    for event in events:
+        crashed = True
+        while crashed:
+            crashed = False
+            for index, window in enumerate(operator.advance(event)):
+                rows += window
+                if index in (2, 5):  # a commit between two windows; after the second one a crash
+                    save(operator, changelog)
+                if index == 5:
+                    operator, crashed, crashes = restored(make, changelog), True, crashes + 1
+                    break
+        rows += operator.process(event)
+    assert crashes > 20, "the gap was cut many times"
+    assert rows == expected
 
 
 def test_the_changelog_holds_the_live_keys_only() -> None:

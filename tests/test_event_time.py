@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from pipeline.event_time import CLOCK_SKEW_MS, UNBOUNDED, EventClocks
+import pytest
+
+from pipeline.event_time import CLOCK_SKEW_MS, DAY_MS, EARLIEST, UNBOUNDED, EventClocks, EventTimeBounds
 
 NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0
@@ -149,3 +151,66 @@ def test_released_instants_and_watermarks_survive_a_checkpoint_and_wait_for_a_ne
     restored.settle({NODES: 5, PODS: 7})
     assert restored.time("c") == 5_000, "a restored cluster knows its sources: no wait for them"
     assert {k: restored.dump(k) for k in restored.live()} == {k: clocks.dump(k) for k in clocks.live()}
+
+
+def test_bounds_ahead_count_from_the_later_of_the_wall_clock_and_the_clusters_time() -> None:
+    bounds = EventTimeBounds(max_ahead_ms=DAY_MS, max_behind_ms=7 * DAY_MS)
+    now = 1_795_000_000_000  # 2026-11
+    replayed = 1_500_000_000_000  # 2017: a replayed trace, far behind the wall clock
+
+    def why(at_ms: int, **known: int | None) -> str | None:
+        return bounds.violation(
+            at_ms,
+            now_ms=now,
+            newest_ms=known.get("newest"),
+            released_ms=known.get("released"),
+            watermark=False,
+        )
+
+    assert why(replayed) is None
+    assert why(now + DAY_MS) is None
+    assert "ahead" in (why(now + DAY_MS + 1) or "")
+    assert why(now + 3 * DAY_MS, newest=now + 2 * DAY_MS + 1) is None, "a cluster whose clock runs ahead"
+    assert "before 2000-01-01" in (why(0) or "")
+    assert "before 2000-01-01" in (why(EARLIEST - 1) or "")
+
+
+def test_bounds_behind_count_from_the_released_time_and_spare_watermarks() -> None:
+    bounds = EventTimeBounds(max_ahead_ms=DAY_MS, max_behind_ms=7 * DAY_MS)
+    released = 1_500_000_000_000
+    old = released - 7 * DAY_MS - 1
+    assert (
+        bounds.violation(
+            released - 7 * DAY_MS, now_ms=released, newest_ms=None, released_ms=released, watermark=False
+        )
+        is None
+    )
+    assert "behind" in (
+        bounds.violation(old, now_ms=released, newest_ms=None, released_ms=released, watermark=False) or ""
+    )
+    assert (
+        bounds.violation(old, now_ms=released, newest_ms=None, released_ms=released, watermark=True) is None
+    )
+    assert bounds.violation(old, now_ms=released, newest_ms=None, released_ms=None, watermark=False) is None
+    no_horizon = EventTimeBounds(max_behind_ms=0)
+    assert (
+        no_horizon.violation(old, now_ms=released, newest_ms=None, released_ms=released, watermark=False)
+        is None
+    )
+
+
+def test_bounds_refuse_a_non_positive_ahead_or_a_negative_behind() -> None:
+    for ahead, behind in ((0, 0), (DAY_MS, -1)):
+        with pytest.raises(ValueError, match="event-time bounds"):
+            EventTimeBounds(max_ahead_ms=ahead, max_behind_ms=behind)
+
+
+def test_the_newest_time_of_a_cluster_is_its_released_or_vouched_time() -> None:
+    clock = Clock()
+    clocks = started(clock, "replay")
+    assert clocks.newest_ms("c") is None
+    vouch(clocks, "replay", 5_000)
+    assert clocks.newest_ms("c") == 5_000
+    clocks.released("c", 7_000)
+    assert clocks.newest_ms("c") == 7_000
+    assert clocks.newest_ms("unknown") is None
