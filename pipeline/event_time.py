@@ -30,9 +30,10 @@ Rules, per cluster:
 
 Bounds (:class:`EventTimeBounds`), checked before a record reaches the clocks or a merge: a
 record or watermark whose time lies further ahead than ``max_ahead_ms`` of both the wall clock
-and the cluster's newest time (released or vouched for by a watermark), or before
-:data:`EARLIEST` (an unset clock), or a record further than ``max_behind_ms`` behind what its
-cluster already released, is out of bounds: the worker dead-letters it, and it moves no clock.
+and the cluster's newest time (released or vouched for by a watermark), or a record further
+than ``max_behind_ms`` behind what its cluster already released, is out of bounds: the worker
+dead-letters it, and it moves no clock. (Times before 2000 or from 2100 on never get here: the
+models refuse them at decoding, as ``invalid-record``.)
 Ahead is measured from the greater of the two so that a replay of a past trace (its cluster's
 time far behind the wall clock) and a cluster whose clock runs ahead of the worker's both pass.
 Behind is measured from the cluster's released time only: a state change within the horizon is
@@ -56,8 +57,6 @@ Partition = tuple[str, int]
 UNBOUNDED = 2**63 - 1
 """The time of a cluster that has ended: everything may go."""
 _NOTHING = -(2**63)
-EARLIEST = 946_684_800_000
-"""2000-01-01T00:00:00Z: no GPU cluster record is older; a time before it is an unset clock."""
 DAY_MS = 86_400_000
 CLOCK_SKEW_MS = 2_000
 """How far producers' clocks may disagree: a record another producer stamped this much later
@@ -71,7 +70,7 @@ class EventTimeBounds:
     max_ahead_ms: int = DAY_MS
     """Ahead of both the wall clock and the cluster's newest time."""
     max_behind_ms: int = 7 * DAY_MS
-    """Behind the cluster's released time; 0: no horizon (only :data:`EARLIEST` holds)."""
+    """Behind the cluster's released time; 0: no horizon."""
 
     def __post_init__(self) -> None:
         if self.max_ahead_ms <= 0 or self.max_behind_ms < 0:
@@ -85,8 +84,6 @@ class EventTimeBounds:
     ) -> str | None:
         """Why a record at ``at_ms`` is out of bounds, or None. A watermark has no horizon
         behind: a source's late watermark holds nothing back that it did not already hold."""
-        if at_ms < EARLIEST:
-            return f"{_iso(at_ms)} is before {_iso(EARLIEST)}"
         reference = max(now_ms, newest_ms if newest_ms is not None else now_ms)
         if at_ms > reference + self.max_ahead_ms:
             return (

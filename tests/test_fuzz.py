@@ -37,8 +37,9 @@ HOUR = 3600
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 VALID = "fuzz-valid"
 JUNK = "fuzz-junk"
-WORKER_READS = {PODS.name, NODES.name}
-"""Of the junk topics, those `gpulens worker --processors allocation` reads."""
+WORKER_READS = {PODS.name, NODES.name, GPU_SAMPLES.name}
+"""Of the junk topics, those `gpulens worker --processors allocation` reads (its cluster
+overview counts GPUs in use from the samples)."""
 EXPORTER_READS = {GPU_SAMPLES.name}
 RSS_LIMIT_MB = 1024
 
