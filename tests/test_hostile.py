@@ -31,7 +31,8 @@ from schemas.producing import produce_with_backpressure
 from schemas.topic_admin import TopicAdminError, create_topics
 from schemas.topics import NODES, PODS, TopicSpec, record_key
 
-GARBAGE = 200_000
+GARBAGE = 20_000
+"""A burst of garbage on one topic (tests/test_fuzz.py pours 200,000 on three, with a replay)."""
 JUNK_BYTES = 999_000
 
 
