@@ -171,6 +171,16 @@ class EventClocks:
         """A record of ``source`` was fetched: it is live (again, after a final watermark)."""
         self._source(cluster, source).final = False
 
+    def hold_silence(self) -> None:
+        """The worker is holding input partitions back (:mod:`pipeline.alignment`): a source
+        whose records sit in them is not silent, so no source that has not ended is judged
+        silent meanwhile (their last heard moves to now)."""
+        now = self._clock()
+        for cluster in self._clusters.values():
+            for source in cluster.sources.values():
+                if not source.final:
+                    source.heard = now
+
     def watermark(
         self, cluster: str, source: str, at_ms: int, *, final: bool, produced_ms: int | None = None
     ) -> None:

@@ -363,6 +363,8 @@ class StreamWorker:
             self._peak_buffered = buffered
             WAITING_PEAK.set(buffered)
         self._alignment.tick(buffered)
+        if self._alignment.paused:
+            self._clocks.hold_silence()
         if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
             self._commit()
         return True

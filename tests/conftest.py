@@ -55,17 +55,18 @@ def unique() -> str:
 
 
 @pytest.fixture
-def hostile(tmp_path: Path) -> Iterator[tuple[GPULensSettings, Path]]:
+def own_platform(tmp_path: Path) -> Iterator[tuple[GPULensSettings, Path]]:
     """A private platform (broker, registry, ClickHouse) of one test and its config file: for
-    tests that pour junk on the catalog's own topics or freeze the broker."""
+    tests that pour junk on the catalog's own topics, freeze the broker, or publish so much that
+    every later worker of a new group would have to read it."""
     with private_platform(tmp_path) as settings:
         create_topics(settings.kafka)
         yield settings, tmp_path / "gpulens.toml"
 
 
 @pytest.fixture
-def hostile_codec(hostile: tuple[GPULensSettings, Path]) -> AvroCodec:
-    return AvroCodec(registry_client(hostile[0].registry.url))
+def own_codec(own_platform: tuple[GPULensSettings, Path]) -> AvroCodec:
+    return AvroCodec(registry_client(own_platform[0].registry.url))
 
 
 @pytest.fixture

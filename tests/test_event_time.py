@@ -106,6 +106,20 @@ def test_a_silent_source_stops_holding_the_cluster_back_and_counts_again_when_he
     assert clocks.time("c") == 3_000
 
 
+def test_no_source_turns_silent_while_the_worker_holds_partitions_back() -> None:
+    clock = Clock()
+    clocks = started(clock, "nodes", "samples")
+    vouch(clocks, "nodes", 9_000, final=True)
+    vouch(clocks, "samples", 3_000)
+    for _ in range(3):  # the samples' partitions paused by alignment: nothing of them fetched
+        clock.now += TIMEOUT - 1
+        clocks.hold_silence()
+    clock.now += TIMEOUT - 1
+    assert clocks.time("c") == 3_000, "the samples still hold the cluster back"
+    clock.now += 1
+    assert clocks.time("c") == 9_000, "once nothing is held back, silence counts again"
+
+
 def test_a_new_cluster_waits_for_its_sources_to_speak() -> None:
     clock = Clock()
     clocks = EventClocks(source_timeout_s=TIMEOUT, clock=clock)

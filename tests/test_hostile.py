@@ -54,13 +54,13 @@ def _garbage(codec: AvroCodec, spec: TopicSpec) -> Iterator[tuple[bytes, DecodeF
 
 
 def test_a_burst_of_garbage_is_dead_lettered_and_the_worker_stays_up(
-    hostile, hostile_codec, unique, spawned
+    own_platform, own_codec, unique, spawned
 ) -> None:
-    settings, config = hostile
+    settings, config = own_platform
     group, port = f"burst-{unique}", free_port()
     producer = Producer(settings.kafka.librdkafka(**{"linger.ms": 20}))
     injected: Counter[str] = Counter()
-    for value, reason in _garbage(hostile_codec, PODS):
+    for value, reason in _garbage(own_codec, PODS):
         produce_with_backpressure(producer, PODS.name, key=b"garbage", value=value)
         injected[reason.value] += 1
     assert producer.flush(60) == 0
@@ -70,7 +70,7 @@ def test_a_burst_of_garbage_is_dead_lettered_and_the_worker_stays_up(
         "--idle-ms", "1000", "--metrics-port", str(port),
     )  # fmt: skip
     spawned.append(worker)
-    reader = DeadLetterReader(settings, hostile_codec, decode_every=1000)
+    reader = DeadLetterReader(settings, own_codec, decode_every=1000)
     try:
         wait(lambda: reader.read() >= GARBAGE, 180, f"{GARBAGE:,} dead letters", worker)
         reader.read()  # more would be a duplicate
@@ -88,9 +88,9 @@ def test_a_burst_of_garbage_is_dead_lettered_and_the_worker_stays_up(
 
 
 def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_stored(
-    hostile, hostile_codec, unique, spawned
+    own_platform, own_codec, unique, spawned
 ) -> None:
-    settings, config = hostile
+    settings, config = own_platform
     worker_group, sink_group = f"big-w-{unique}", f"big-s-{unique}"
     junk = [b"\x07" + random.Random(i).randbytes(JUNK_BYTES - 1) for i in range(4)]
     producer = Producer(settings.kafka.librdkafka(**{"message.max.bytes": 1_000_000}))
@@ -103,7 +103,7 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
     )  # fmt: skip
     sink = start(config, config.parent / f"sink-{sink_group}.log", "sink", "--group", sink_group)
     spawned += [worker, sink]
-    reader = DeadLetterReader(settings, hostile_codec)
+    reader = DeadLetterReader(settings, own_codec)
     try:
         wait(lambda: reader.read() >= 8, 120, "8 dead letters (4 from each)", worker, sink)
         reader.read()
@@ -119,7 +119,7 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
         assert letter.reason == DecodeFailure.BAD_MAGIC.value
 
     node = example_events(f"after-{unique}")[NODES]
-    producer.produce(NODES.name, key=record_key(NODES, node), value=hostile_codec.encode(NODES, node))
+    producer.produce(NODES.name, key=record_key(NODES, node), value=own_codec.encode(NODES, node))
     assert producer.flush(30) == 0
     client = get_client(settings.clickhouse, database=settings.clickhouse.database)
     wait(
@@ -137,8 +137,8 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
     assert worker.poll() is None and sink.poll() is None
 
 
-def test_a_broker_that_stops_answering_for_seconds_is_waited_out(hostile, unique, spawned) -> None:
-    settings, config = hostile
+def test_a_broker_that_stops_answering_for_seconds_is_waited_out(own_platform, unique, spawned) -> None:
+    settings, config = own_platform
     worker_group, sink_group, port = f"stall-w-{unique}", f"stall-s-{unique}", free_port()
     producer = Producer(settings.kafka.librdkafka())
     produce_with_backpressure(producer, PODS.name, key=b"k", value=b"\x07 before the stall")
@@ -191,9 +191,9 @@ def _recreate(settings: GPULensSettings, spec: TopicSpec) -> None:
 
 
 def test_a_worker_checkpointed_past_a_lost_log_resumes_at_its_end_and_reads_what_comes_next(
-    hostile, hostile_codec, unique, spawned
+    own_platform, own_codec, unique, spawned
 ) -> None:
-    settings, config = hostile
+    settings, config = own_platform
     group = f"lost-{unique}"
     producer = Producer(settings.kafka.librdkafka())
     for n in range(10):
@@ -203,7 +203,7 @@ def test_a_worker_checkpointed_past_a_lost_log_resumes_at_its_end_and_reads_what
     args = ("worker", "--processors", "allocation", "--group", group, "--idle-ms", "1000")
     first = start(config, log, *args)
     spawned.append(first)
-    reader = DeadLetterReader(settings, hostile_codec)
+    reader = DeadLetterReader(settings, own_codec)
     try:
         wait(lambda: reader.read() >= 10, 60, "the first worker's 10 dead letters", first)
         first.terminate()
