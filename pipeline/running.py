@@ -501,10 +501,7 @@ class StreamWorker:
             self._publish(operator, rows)
         if late is not None:
             LATE.inc()
-            self._dlq.send(
-                item.topic, item.partition, item.offset, key=item.key, value=item.value,
-                reason="late-event", detail=str(late),
-            )  # fmt: skip
+            self._dlq.send_read(item, "late-event", str(late))
         self._positions.processed(cluster, item.topic, item.partition, item.offset)
         return True
 
@@ -516,15 +513,7 @@ class StreamWorker:
             event = record.record
             reason = "event-time-out-of-bounds"
             detail = f"{type(event).__name__} {event.event_id} of cluster {event.cluster}: {record.detail}"
-        self._dlq.send(
-            item.topic,
-            item.partition,
-            item.offset,
-            key=item.key,
-            value=item.value,
-            reason=reason,
-            detail=detail,
-        )
+        self._dlq.send_read(item, reason, detail)
 
     def _publish(self, operator: Operator, rows: Iterable[Row]) -> None:
         for row in rows:

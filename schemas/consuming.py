@@ -314,15 +314,7 @@ class DecodingConsumer:
     def dead_letter(self, item: Decoded, reason: str, detail: str) -> None:
         """Send a record that decoded but that the caller cannot accept to the DLQ with
         ``reason``; it is made durable by the next :meth:`commit`, as decode failures are."""
-        self._dlq.send(
-            item.topic,
-            item.partition,
-            item.offset,
-            key=item.key,
-            value=item.value,
-            reason=reason,
-            detail=detail,
-        )
+        self._dlq.send_read(item, reason, detail)
 
     def lag(self, timeout: float = 5.0) -> dict[str, int] | None:
         """Records not yet polled, per topic: high watermark minus position, summed over the

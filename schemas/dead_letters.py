@@ -19,6 +19,7 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Protocol
 
 from confluent_kafka import Message, Producer
 from prometheus_client import Counter
@@ -72,6 +73,21 @@ class DeadLetterLog:
         )  # fmt: skip
 
 
+class Located(Protocol):
+    """A record as read, where it was read: what a dead letter keeps of it."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
 class DeadLetterPublisher:
     """Publishes dead letters through a caller's producer (flush it before committing offsets)."""
 
@@ -101,6 +117,11 @@ class DeadLetterPublisher:
             reason=reason,
             detail=detail,
         )
+
+    def send_read(self, item: Located, reason: str, detail: str) -> DeadLetter:
+        """Send ``item`` (a record read and kept with its place and bytes) to the DLQ."""
+        place = (item.topic, item.partition, item.offset)
+        return self.send(*place, key=item.key, value=item.value, reason=reason, detail=detail)
 
     def send(
         self,
