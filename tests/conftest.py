@@ -54,6 +54,18 @@ def unique() -> str:
     return uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(scope="module")
+def module_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GPULensSettings, Path]]:
+    """A private platform shared by one module's tests, and its config file. A module whose
+    tests start workers of new groups takes it as its ``platform``: a new group reads its inputs
+    from the beginning, and on the session's platform that is everything every earlier test
+    published (it made each worker test read for a minute)."""
+    directory = tmp_path_factory.mktemp("module-platform")
+    with private_platform(directory) as settings:
+        create_topics(settings.kafka)
+        yield settings, directory / "gpulens.toml"
+
+
 @pytest.fixture
 def own_platform(tmp_path: Path) -> Iterator[tuple[GPULensSettings, Path]]:
     """A private platform (broker, registry, ClickHouse) of one test and its config file: for

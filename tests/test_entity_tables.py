@@ -474,7 +474,16 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
     publish(platform, codec, events)
     app = tables_app(f"tv-{unique}")
     app.start()
-    wait_until(lambda: app.get(f"/workloads/{cluster}/deploy-1")[0] == 200, 120, "the workload view")
+
+    def active_pods() -> int | None:
+        body = app.get(f"/workloads/{cluster}/deploy-1")[1] or {}
+        return (body.get("workload") or {}).get("active_pods")
+
+    wait_until(
+        lambda: active_pods() == 2,
+        120,
+        "the workload view with both active pods (its pods come through the forwarding topic)",
+    )
     wait_until(
         lambda: (app.get(f"/nodes/{cluster}/node-a")[1] or {}).get("devices") is not None,
         60,

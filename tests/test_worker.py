@@ -18,6 +18,7 @@ from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.config import GPULensSettings
 from gpulens.platform import free_port, private_platform
 from pipeline.operators import StateOperator
 from pipeline.running import StreamWorker, WorkerOptions
@@ -32,6 +33,17 @@ from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES, PODS, e
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 PODS_CSV = TRACE / "openb_pod_list_default.csv"
+
+
+@pytest.fixture(scope="module")
+def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
+    """This module's own platform (see ``module_platform``)."""
+    return module_platform[0]
+
+
+@pytest.fixture(scope="module")
+def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
+    return module_platform[1]
 
 
 def gpulens(config: Path, *args: str) -> list[str]:

@@ -54,6 +54,17 @@ GAP_START = datetime(2024, 3, 1, tzinfo=UTC)
 """Inside the span of the public traces: far behind the wall clock, and in bounds."""
 
 
+@pytest.fixture(scope="module")
+def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
+    """This module's own platform (see ``module_platform``)."""
+    return module_platform[0]
+
+
+@pytest.fixture(scope="module")
+def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
+    return module_platform[1]
+
+
 def gpulens(config: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
 
