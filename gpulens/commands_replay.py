@@ -69,7 +69,7 @@ def _create_topics(context: Context) -> None:
 def replay() -> None:
     """Publish a real public GPU-cluster trace as GPULens events.
 
-    Traces are read from ../shared/traces beside the checkout, or GPULENS_TRACES_DIR.
+    Traces are read from the repository's traces/ folder, or GPULENS_TRACES_DIR.
     """
 
 

@@ -1,4 +1,4 @@
-"""Where the public traces are: ``GPULENS_TRACES_DIR``, else ``../shared/traces`` beside the checkout."""
+"""Where the public traces are: ``GPULENS_TRACES_DIR``, else the repository's own ``traces/``."""
 
 from __future__ import annotations
 
@@ -11,4 +11,4 @@ REPO = Path(__file__).resolve().parents[2]
 def traces_dir() -> Path:
     """The folder holding ``alibaba-gpu-v2023/`` and ``alibaba-genai-2026/``."""
     configured = os.environ.get("GPULENS_TRACES_DIR")
-    return Path(configured) if configured else REPO.parent / "shared" / "traces"
+    return Path(configured) if configured else REPO / "traces"
