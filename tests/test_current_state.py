@@ -3,38 +3,15 @@ every key, nothing of what was tombstoned."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from confluent_kafka import Producer
+from pod_events import pod
 
 from gpulens.current_state import clusters_now, read_newest
 from pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import ChangeType, PodEvent, Record, WorkloadStatus
+from schemas.models import ChangeType, Record, WorkloadStatus
 from schemas.settings import KafkaSettings
-from schemas.topics import PODS, STATE_PODS, record_key
-
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-def pod(
-    cluster: str, name: str, phase: str, second: int, change: ChangeType = ChangeType.MODIFIED
-) -> PodEvent:
-    template = example_events(cluster, at=T0)[PODS]
-    assert isinstance(template, PodEvent)
-    return template.model_copy(
-        update={
-            "event_id": f"{name}-{second}-{change.value}",
-            "event_time": T0 + timedelta(seconds=second),
-            "uid": name,
-            "name": name,
-            "phase": phase,
-            "type": change,
-            "gpu_amount": 1.0,
-            "owners": [],
-        }
-    )
+from schemas.topics import STATE_PODS, record_key
 
 
 def publish(kafka: KafkaSettings, codec: AvroCodec, rows: list[Record | Tombstone]) -> None:
@@ -53,11 +30,11 @@ def test_a_tombstoned_key_is_gone_and_a_rewritten_one_holds_its_newest_row(platf
     tables = StateTables()
     rows: list[Record | Tombstone] = []
     for event in (
-        pod(cluster, "a", "Pending", 1),
-        pod(cluster, "a", "Running", 2),
-        pod(cluster, "b", "Running", 3),
-        pod(cluster, "c", "Running", 4),
-        pod(cluster, "c", "Succeeded", 5, ChangeType.DELETED),
+        pod(cluster, "a", "Pending", 1, [], gpu_amount=1.0),
+        pod(cluster, "a", "Running", 2, [], gpu_amount=1.0),
+        pod(cluster, "b", "Running", 3, [], gpu_amount=1.0),
+        pod(cluster, "c", "Running", 4, [], gpu_amount=1.0),
+        pod(cluster, "c", "Succeeded", 5, [], ChangeType.DELETED, gpu_amount=1.0),
     ):
         rows += tables.process(event)
     publish(platform.kafka, codec, rows)

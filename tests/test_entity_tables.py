@@ -16,12 +16,12 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from pod_events import DEPLOYMENT, REPLICASET, T0, at, pod
 
 from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
@@ -59,9 +59,6 @@ from schemas.topics import (
     TopicSpec,
 )
 
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-DEPLOYMENT = OwnerReference(kind="Deployment", api_version="apps/v1", name="serve", uid="deploy-1")
-REPLICASET = OwnerReference(kind="ReplicaSet", api_version="apps/v1", name="serve-7f9", uid="rs-1")
 JOB = OwnerReference(kind="Job", api_version="batch/v1", name="train", uid="job-9")
 ACTIVE = {"Pending", "Running"}
 
@@ -70,35 +67,6 @@ Rows = list[tuple[int, int, bytes, bytes | None]]
 
 
 # --- events -----------------------------------------------------------------------------------
-
-
-def at(second: int) -> datetime:
-    return T0 + timedelta(seconds=second)
-
-
-def pod(
-    cluster: str,
-    uid: str,
-    phase: str,
-    second: int,
-    owners: list[OwnerReference],
-    change: ChangeType = ChangeType.MODIFIED,
-) -> PodEvent:
-    template = example_events(cluster, at=T0)[PODS]
-    assert isinstance(template, PodEvent)
-    return template.model_copy(
-        update={
-            "event_id": f"{uid}-{second}-{phase}-{change.value}",
-            "event_time": at(second),
-            "uid": uid,
-            "name": uid,
-            "phase": phase,
-            "type": change,
-            "node": "node-a" if phase != "Pending" else None,
-            "gpu_amount": 2.0,
-            "owners": owners,
-        }
-    )
 
 
 def node(cluster: str, name: str, second: int, change: ChangeType) -> NodeEvent:

@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pod_events import DEPLOYMENT, REPLICASET, T0
+from pod_events import pod as pod_event
 
 from pipeline.state_tables import StateTables, Tombstone
 from producers.publishing import EventPublisher
@@ -21,7 +23,6 @@ from schemas.examples import example_events
 from schemas.models import (
     ChangeType,
     NodeEvent,
-    OwnerReference,
     PodEvent,
     WorkloadEvent,
     WorkloadState,
@@ -38,29 +39,11 @@ from schemas.topics import (
     TopicSpec,
 )
 
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-DEPLOYMENT = OwnerReference(kind="Deployment", api_version="apps/v1", name="serve", uid="deploy-1")
-REPLICASET = OwnerReference(kind="ReplicaSet", api_version="apps/v1", name="serve-7f9", uid="rs-1")
-
 
 def pod(
     cluster: str, uid: str, phase: str, second: int, change: ChangeType = ChangeType.MODIFIED
 ) -> PodEvent:
-    template = example_events(cluster, at=T0)[PODS]
-    assert isinstance(template, PodEvent)
-    return template.model_copy(
-        update={
-            "event_id": f"{uid}-{second}-{phase}-{change.value}",
-            "event_time": T0 + timedelta(seconds=second),
-            "uid": uid,
-            "name": uid,
-            "phase": phase,
-            "type": change,
-            "node": "node-a" if phase != "Pending" else None,
-            "gpu_amount": 2.0,
-            "owners": [REPLICASET, DEPLOYMENT],
-        }
-    )
+    return pod_event(cluster, uid, phase, second, [REPLICASET, DEPLOYMENT], change)
 
 
 def workloads_of(rows) -> dict[str, WorkloadState]:

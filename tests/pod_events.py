@@ -1,0 +1,43 @@
+"""Pod events for state tests: the example PodEvent of a cluster, moved to a phase and time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from schemas.examples import example_events
+from schemas.models import ChangeType, OwnerReference, PodEvent
+from schemas.topics import PODS
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+DEPLOYMENT = OwnerReference(kind="Deployment", api_version="apps/v1", name="serve", uid="deploy-1")
+REPLICASET = OwnerReference(kind="ReplicaSet", api_version="apps/v1", name="serve-7f9", uid="rs-1")
+
+
+def at(second: int) -> datetime:
+    return T0 + timedelta(seconds=second)
+
+
+def pod(
+    cluster: str,
+    uid: str,
+    phase: str,
+    second: int,
+    owners: list[OwnerReference],
+    change: ChangeType = ChangeType.MODIFIED,
+    gpu_amount: float = 2.0,
+) -> PodEvent:
+    template = example_events(cluster, at=T0)[PODS]
+    assert isinstance(template, PodEvent)
+    return template.model_copy(
+        update={
+            "event_id": f"{uid}-{second}-{phase}-{change.value}",
+            "event_time": at(second),
+            "uid": uid,
+            "name": uid,
+            "phase": phase,
+            "type": change,
+            "node": "node-a" if phase != "Pending" else None,
+            "gpu_amount": gpu_amount,
+            "owners": owners,
+        }
+    )
