@@ -251,7 +251,10 @@ def smoke(context: Context) -> None:
     "--replay/--no-replay",
     "with_replay",
     default=None,
-    help="Replay the public traces in the repository's traces/ [default: when no Kubernetes cluster is reachable].",
+    help=(
+        "Replay the public traces in the repository's traces/ "
+        "[default: when no Kubernetes cluster is reachable]."
+    ),
 )
 @click.option("--foreground", is_flag=True, help="Stay attached after the report; Ctrl-C stops everything.")
 @pass_context
