@@ -7,12 +7,14 @@ would otherwise change what every other test's registrations meet.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from schema_registry.client import SchemaRegistryClient
@@ -20,6 +22,7 @@ from schema_registry.client.errors import ClientError
 
 from gpulens.config import GPULensSettings
 from gpulens.platform import REGISTRY, manager, service_specs
+from schemas.registry import SchemaStore, build_app
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -258,6 +261,20 @@ def test_errors_are_confluent_json(url, existing, method, path, body, status, co
     assert (got_status, kind) == (status, CONTENT_TYPE)
     assert set(error) == {"error_code", "message"} and error["error_code"] == code
     assert isinstance(error["message"], str) and error["message"]
+
+
+def test_a_store_that_cannot_write_is_a_500_with_confluent_code(platform) -> None:
+    """The store never loaded has no producer: the write fails as a broker outage would, at once."""
+    store = SchemaStore(platform.kafka, topic="never-loaded", default_compatibility="BACKWARD")
+
+    async def put_config() -> tuple[int, str, dict]:
+        async with TestClient(TestServer(build_app(store))) as http:
+            response = await http.put("/config", json={"compatibility": "FULL"})
+            return response.status, response.content_type, await response.json(content_type=None)
+
+    status, kind, error = asyncio.run(put_config())
+    assert (status, kind, error["error_code"]) == (500, CONTENT_TYPE, 50001)
+    assert "not loaded" in error["message"]
 
 
 SLASHED = [
