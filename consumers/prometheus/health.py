@@ -104,8 +104,5 @@ class ProcessFamilies:
     lines: ``promtool check metrics`` fails on that, and a Prometheus server refuses the scrape.
     """
 
-    def __init__(self, *, shadowed: frozenset[str] = frozenset({LAG})) -> None:
-        self._shadowed = shadowed
-
     def collect(self) -> Iterator[Metric]:
-        return (family for family in REGISTRY.collect() if family.name not in self._shadowed)
+        return (family for family in REGISTRY.collect() if family.name != LAG)

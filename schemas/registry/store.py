@@ -2,8 +2,8 @@
 
 Schemas, compatibility levels and modes: every change is a keyed JSON record; on start the
 whole topic is read back, so ids are shared by every process that asks the registry and
-survive restarts. Writes go to the
-topic first and into memory only once the broker acknowledged them.
+survive restarts. Writes go to the topic first and into memory only once the broker
+acknowledged them.
 """
 
 from __future__ import annotations
