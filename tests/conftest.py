@@ -81,6 +81,25 @@ def own_codec(own_platform: tuple[GPULensSettings, Path]) -> AvroCodec:
     return AvroCodec(registry_client(own_platform[0].registry.url))
 
 
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """promtool from Debian's prometheus package, unpacked into .tools/ (no server installed);
+    the test is skipped, saying why, where the package cannot be had."""
+    install = subprocess.run(
+        [str(Path(__file__).resolve().parent.parent / "infra" / "prometheus" / "install_promtool.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if install.returncode != 0:
+        pytest.skip(
+            "promtool cannot be installed here (apt-get download prometheus failed): "
+            f"{install.stderr.strip()[-500:]}"
+        )
+    return Path(install.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture
 def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Processes a test starts (append them): killed at its end if still running, and reaped."""

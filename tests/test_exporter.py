@@ -239,30 +239,31 @@ def exporter_process(config_file: Path, unique: str) -> Iterator[str]:
                 process.wait()
 
 
+def every_kind(cluster: str) -> list[tuple[TopicSpec, Record]]:
+    """Rows of every exported topic for ``cluster``, some out of order."""
+    return [
+        (CLUSTER_ALLOCATION, cluster_row(cluster, 0, capacity=16, allocated=8, pending=3)),
+        (CLUSTER_ALLOCATION, cluster_row(cluster, 2, capacity=16, allocated=12, pending=1)),
+        # an older window arriving last (a replay, a late partition) hides nothing
+        (CLUSTER_ALLOCATION, cluster_row(cluster, 1, capacity=16, allocated=4, pending=5)),
+        (NODE_ALLOCATION, node_row(cluster, "n1", 0, rate=0.25)),
+        (NODE_ALLOCATION, node_row(cluster, "n1", 1, rate=0.875)),
+        (NODE_ALLOCATION, node_row(cluster, "n2", 1, rate=0.5)),
+        (WORKLOAD_USAGE, workload_row(cluster, "w1", 1, usage=40.0, gpus=4)),
+        (WORKLOAD_USAGE, workload_row(cluster, "w1", 2, usage=55.5, gpus=6)),
+        (GPU_SAMPLES, sample_batch(cluster, "n1", 5, (10.0, 20.0))),
+        (GPU_SAMPLES, sample_batch(cluster, "n1", 10, (3.0, 97.0))),
+        (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.OPENED, 600)),
+        (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.RESOLVED, 700)),
+        (ALERTS, alert(cluster, "NodeNotReady", "n2", AlertState.OPENED, 650)),
+    ]
+
+
 def test_the_command_shows_the_newest_row_of_every_series(
     platform, codec, unique, config_file, request
 ) -> None:
     cluster = f"exp-{unique}"
-    publish(
-        platform,
-        codec,
-        [
-            (CLUSTER_ALLOCATION, cluster_row(cluster, 0, capacity=16, allocated=8, pending=3)),
-            (CLUSTER_ALLOCATION, cluster_row(cluster, 2, capacity=16, allocated=12, pending=1)),
-            # an older window arriving last (a replay, a late partition) hides nothing
-            (CLUSTER_ALLOCATION, cluster_row(cluster, 1, capacity=16, allocated=4, pending=5)),
-            (NODE_ALLOCATION, node_row(cluster, "n1", 0, rate=0.25)),
-            (NODE_ALLOCATION, node_row(cluster, "n1", 1, rate=0.875)),
-            (NODE_ALLOCATION, node_row(cluster, "n2", 1, rate=0.5)),
-            (WORKLOAD_USAGE, workload_row(cluster, "w1", 1, usage=40.0, gpus=4)),
-            (WORKLOAD_USAGE, workload_row(cluster, "w1", 2, usage=55.5, gpus=6)),
-            (GPU_SAMPLES, sample_batch(cluster, "n1", 5, (10.0, 20.0))),
-            (GPU_SAMPLES, sample_batch(cluster, "n1", 10, (3.0, 97.0))),
-            (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.OPENED, 600)),
-            (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.RESOLVED, 700)),
-            (ALERTS, alert(cluster, "NodeNotReady", "n2", AlertState.OPENED, 650)),
-        ],
-    )
+    publish(platform, codec, every_kind(cluster))
     url = request.getfixturevalue("exporter_process")  # started after the records: a restart
     expected = dict(
         [
@@ -279,6 +280,41 @@ def test_the_command_shows_the_newest_row_of_every_series(
     expected |= workload_series(cluster, "w1", usage=55.5, gpus=6)
     expected |= gpu_series(cluster, "n1", 0, 3.0) | gpu_series(cluster, "n1", 1, 97.0)
     wait_for(url, lambda s: of_cluster(s, cluster) == expected, f"the newest rows of {cluster}")
+
+
+def test_the_commands_scrape_passes_promtool_and_the_client_parser(
+    platform, codec, unique, promtool, request
+) -> None:
+    """What a Prometheus server ingests: every family once, each with one HELP and TYPE line."""
+    cluster = f"prom-{unique}"
+    publish(platform, codec, every_kind(cluster))
+    url = request.getfixturevalue("exporter_process")
+    wait_for(
+        url,
+        lambda s: (
+            ("cluster_gpus_allocated", frozenset({("cluster", cluster)})) in s
+            and any(name == "gpulens_consumer_lag_records" for name, _ in s)
+            and s.get(("gpulens_exporter_batch_records_count", frozenset()), 0) >= 1
+        ),
+        "the rows, the lag and a batch in the scrape",
+    )
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+
+    checked = subprocess.run(
+        [str(promtool), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    complaints = checked.stdout + checked.stderr
+    assert checked.returncode == 0 and not complaints, complaints
+    families = [f.name for f in text_string_to_metric_families(text)]
+    assert len(families) == len(set(families)), sorted(n for n in families if families.count(n) > 1)
+    helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
+    assert len(helps) == len(set(helps))
 
 
 # --- the exporter in-process, on private topics ------------------------------------------------------

@@ -120,7 +120,7 @@ def test_a_killed_service_shows_as_stale_and_up_restarts_it(own_platform: Path) 
     run(own_platform, "infra", "up")
     status = run(own_platform, "infra", "status").stdout
     registry_pid = int(
-        next(line for line in status.splitlines() if "registry" in line).split("pid")[1].split()[0]
+        next(line for line in status.splitlines() if line.split()[0] == "registry").split("pid")[1].split()[0]
     )
     os.kill(registry_pid, signal.SIGKILL)
     deadline = time.monotonic() + 10

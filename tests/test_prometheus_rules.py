@@ -1,7 +1,8 @@
 """The alert rules of infra/prometheus pass `promtool check rules` and their unit tests.
 
 promtool comes from Debian's prometheus package, unpacked into .tools/ by
-infra/prometheus/install_promtool.sh (no server is installed or started).
+infra/prometheus/install_promtool.sh (no server is installed or started): the ``promtool``
+fixture of conftest.py.
 """
 
 from __future__ import annotations
@@ -13,19 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "infra" / "prometheus"
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    install = subprocess.run(
-        [str(RULES / "install_promtool.sh")], capture_output=True, text=True, timeout=300, check=False
-    )
-    if install.returncode != 0:
-        pytest.skip(
-            "promtool cannot be installed here (apt-get download prometheus failed): "
-            f"{install.stderr.strip()[-500:]}"
-        )
-    return Path(install.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize(

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from wsgiref.simple_server import WSGIServer
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 
 from consumers.prometheus.checkpointing import ExporterCheckpoint, Partition
 from consumers.prometheus.collecting import StateCollector
 from consumers.prometheus.exceptions import ExporterError
-from consumers.prometheus.health import ConsumerHealth
+from consumers.prometheus.health import ConsumerHealth, ProcessFamilies
 from consumers.prometheus.settings import ExporterSettings
 from consumers.prometheus.state import LatestState
 from schemas.codec import AvroCodec
@@ -57,7 +57,8 @@ class Exporter:
     """One exporter: a consumer over ``topics``, the state it fills and the registry it serves.
 
     The registry holds the state's collector, the exporter's health and the process-wide
-    default registry (where ``gpulens_dead_letters_total`` counts this consumer's dead letters).
+    families of the default registry (where ``gpulens_dead_letters_total`` counts this
+    consumer's dead letters), each family once.
     """
 
     def __init__(
@@ -73,7 +74,7 @@ class Exporter:
         self.state = LatestState(workload_max_age_windows=settings.workload_max_age_windows)
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(self.state))
-        self.registry.register(REGISTRY)
+        self.registry.register(ProcessFamilies())
         self._health = ConsumerHealth(self.registry, consumer=settings.group_id)
         try:
             self._partitions = topic_partitions(kafka, topics, offset=OFFSET_BEGINNING)

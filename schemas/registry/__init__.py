@@ -1,4 +1,4 @@
-"""The embedded schema registry: the REST subset confluent-kafka's client uses, stored in Kafka."""
+"""The embedded schema registry: the REST surface of Confluent's that clients call, stored in Kafka."""
 
 from schemas.registry.server import build_app, serve
 from schemas.registry.store import SchemaStore, SchemaVersion

@@ -1,81 +1,64 @@
 """REST front-end of the embedded registry (Confluent Schema Registry API, AVRO only).
 
-Serves what ``confluent_kafka.schema_registry.SchemaRegistryClient`` and the Avro serdes
-call: register, lookup, ids, subjects, versions, latest, delete, compatibility test and
-config. Errors use Confluent's ``{"error_code", "message"}`` bodies and codes.
+Serves what registry clients call (confluent-kafka's ``SchemaRegistryClient`` and serdes,
+python-schema-registry-client, kafkajs' registry client, ClickHouse's ``AvroConfluent``):
+subjects and versions (register, lookup, delete), schemas by id, the schema list and types,
+compatibility tests, compatibility levels (``/config``), modes (``/mode``) and contexts (the
+default one only). Every route answers with and without a trailing slash, as Jersey does, and
+every error is Confluent's ``{"error_code", "message"}`` (see :mod:`schemas.registry.errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from schemas.exceptions import IncompatibleSchemaError
 from schemas.registry.compatibility import LEVELS, parse
-from schemas.registry.store import SchemaStore, SchemaVersion
-
-log = logging.getLogger(__name__)
+from schemas.registry.errors import CONTENT_TYPE, ApiError, ErrorCode, confluent_errors, json_response
+from schemas.registry.store import MODES, READONLY, SchemaStore, SchemaVersion
 
 STORE = web.AppKey("store", SchemaStore)
-CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
-
-class ApiError(Exception):
-    """A Confluent-style error response."""
-
-    def __init__(self, status: int, code: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(body), status=status, content_type="application/json")
-
-
-@web.middleware
-async def _errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as err:
-        return _json({"error_code": err.code, "message": err.message}, err.status)
-    except IncompatibleSchemaError as err:
-        return _json({"error_code": 409, "message": str(err)}, 409)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _store(request: web.Request) -> SchemaStore:
     return request.app[STORE]
 
 
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() == "true"
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.text())
     except ValueError as err:
-        raise ApiError(400, 400, f"request body is not JSON: {err}") from err
+        raise web.HTTPBadRequest(reason=f"request body is not JSON: {err}") from err
     if not isinstance(body, dict):
-        raise ApiError(400, 400, "request body must be a JSON object")
+        raise web.HTTPBadRequest(reason="request body must be a JSON object")
     return body
 
 
 async def _schema_text(request: web.Request) -> str:
     body = await _body(request)
     if body.get("schemaType", "AVRO") != "AVRO":
-        raise ApiError(422, 42201, f"only AVRO schemas are supported, not {body['schemaType']}")
+        raise ApiError(ErrorCode.INVALID_SCHEMA, f"only AVRO schemas are supported, not {body['schemaType']}")
     if body.get("references"):
-        raise ApiError(422, 42201, "schema references are not supported by the embedded registry")
+        raise ApiError(
+            ErrorCode.INVALID_SCHEMA, "schema references are not supported by the embedded registry"
+        )
     text = body.get("schema")
     if not isinstance(text, str):
-        raise ApiError(422, 42201, "the body needs a 'schema' string")
+        raise ApiError(ErrorCode.INVALID_SCHEMA, "the body needs a 'schema' string")
     try:
         parse(text)
     except Exception as err:  # avro raises SchemaParseException, ValueError, TypeError
-        raise ApiError(422, 42201, f"invalid Avro schema: {err}") from err
+        raise ApiError(ErrorCode.INVALID_SCHEMA, f"Invalid schema: {err}") from err
     return text
 
 
@@ -83,7 +66,7 @@ def _subject_versions(request: web.Request) -> list[SchemaVersion]:
     subject = request.match_info["subject"]
     versions = _store(request).versions(subject)
     if not versions:
-        raise ApiError(404, 40401, f"Subject '{subject}' not found.")
+        raise ApiError(ErrorCode.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
     return versions
 
 
@@ -95,10 +78,14 @@ def _version(request: web.Request) -> SchemaVersion:
     try:
         number = int(wanted)
     except ValueError as err:
-        raise ApiError(422, 42202, f"invalid version {wanted!r}") from err
+        raise ApiError(
+            ErrorCode.INVALID_VERSION,
+            f"The specified version '{wanted}' is not a valid version id. "
+            'Allowed values are between [1, 2^31-1] and the string "latest"',
+        ) from err
     found = next((v for v in versions if v.version == number), None)
     if found is None:
-        raise ApiError(404, 40402, f"Version {number} not found.")
+        raise ApiError(ErrorCode.VERSION_NOT_FOUND, f"Version {number} not found.")
     return found
 
 
@@ -106,80 +93,130 @@ def _schema_id(request: web.Request) -> int:
     try:
         return int(request.match_info["id"])
     except ValueError as err:
-        raise ApiError(404, 40403, "Schema not found") from err
+        raise ApiError(ErrorCode.SCHEMA_NOT_FOUND, "Schema not found") from err
 
 
-# --- handlers ----------------------------------------------------------------------------------
+def _schema_by_id(request: web.Request) -> str:
+    schema_id = _schema_id(request)
+    text = _store(request).schema_by_id(schema_id)
+    if text is None:
+        raise ApiError(ErrorCode.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
+    return text
+
+
+def _writable(request: web.Request) -> str:
+    """The subject of the request, refused when its mode (or the global one) is READONLY."""
+    subject = request.match_info["subject"]
+    if _store(request).mode(subject) == READONLY:
+        raise ApiError(ErrorCode.OPERATION_NOT_PERMITTED, f"Subject {subject} is in read-only mode")
+    return subject
+
+
+def _raw(text: str) -> web.Response:
+    """A schema's own text as the body (the ``.../schema`` routes)."""
+    return web.Response(body=text.encode(), content_type=CONTENT_TYPE)
+
+
+# --- subjects and versions ---------------------------------------------------------------------
 
 
 async def root(_request: web.Request) -> web.Response:
-    return _json({})
+    return json_response({})
 
 
 async def list_subjects(request: web.Request) -> web.Response:
-    return _json(_store(request).subjects())
+    prefix = request.query.get("subjectPrefix", "")
+    return json_response([s for s in _store(request).subjects() if s.startswith(prefix)])
 
 
 async def list_versions(request: web.Request) -> web.Response:
-    return _json([v.version for v in _subject_versions(request)])
+    return json_response([v.version for v in _subject_versions(request)])
 
 
 async def get_version(request: web.Request) -> web.Response:
-    return _json(_version(request).as_json())
+    return json_response(_version(request).as_json())
 
 
 async def get_version_schema(request: web.Request) -> web.Response:
-    return web.Response(text=_version(request).schema, content_type="application/json")
+    return _raw(_version(request).schema)
 
 
 async def register(request: web.Request) -> web.Response:
+    subject = _writable(request)
     text = await _schema_text(request)
-    entry = await asyncio.to_thread(_store(request).register, request.match_info["subject"], text)
-    return _json({"id": entry.id})
+    entry = await asyncio.to_thread(_store(request).register, subject, text)
+    return json_response({"id": entry.id})
 
 
 async def lookup(request: web.Request) -> web.Response:
     subject = request.match_info["subject"]
     text = await _schema_text(request)
     if not _store(request).versions(subject):
-        raise ApiError(404, 40401, f"Subject '{subject}' not found.")
+        raise ApiError(ErrorCode.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
     found = _store(request).lookup(subject, text)
     if found is None:
-        raise ApiError(404, 40403, "Schema not found")
-    return _json(found.as_json())
+        raise ApiError(ErrorCode.SCHEMA_NOT_FOUND, "Schema not found")
+    return json_response(found.as_json())
 
 
 async def delete_subject(request: web.Request) -> web.Response:
+    subject = _writable(request)
     _subject_versions(request)
-    deleted = await asyncio.to_thread(_store(request).delete, request.match_info["subject"])
-    return _json(deleted)
+    return json_response(await asyncio.to_thread(_store(request).delete, subject))
 
 
 async def delete_version(request: web.Request) -> web.Response:
+    _writable(request)
     version = _version(request)
     await asyncio.to_thread(_store(request).delete, version.subject, version.version)
-    return _json(version.version)
+    return json_response(version.version)
+
+
+# --- schemas -------------------------------------------------------------------------------------
+
+
+async def list_schemas(request: web.Request) -> web.Response:
+    """Every schema version, by subject and version; Confluent's filters and paging."""
+    prefix = request.query.get("subjectPrefix", "")
+    chosen = [
+        v
+        for v in _store(request).all_versions(deleted=_flag(request, "deleted"))
+        if v.subject.startswith(prefix)
+    ]
+    if _flag(request, "latestOnly"):
+        chosen = list({v.subject: v for v in chosen}.values())
+    try:
+        offset, limit = int(request.query.get("offset", 0)), int(request.query.get("limit", -1))
+    except ValueError as err:
+        raise web.HTTPBadRequest(reason=f"offset and limit must be integers: {err}") from err
+    chosen = chosen[offset:] if limit < 0 else chosen[offset : offset + limit]
+    return json_response([v.as_json() for v in chosen])
 
 
 async def get_schema(request: web.Request) -> web.Response:
-    schema_id = _schema_id(request)
-    text = _store(request).schema_by_id(schema_id)
-    if text is None:
-        raise ApiError(404, 40403, f"Schema {schema_id} not found")
-    return _json({"schema": text})
+    return json_response({"schema": _schema_by_id(request)})
+
+
+async def get_schema_only(request: web.Request) -> web.Response:
+    return _raw(_schema_by_id(request))
 
 
 async def get_schema_versions(request: web.Request) -> web.Response:
     usages = _store(request).usages(_schema_id(request))
-    return _json([{"subject": v.subject, "version": v.version} for v in usages])
+    return json_response([{"subject": v.subject, "version": v.version} for v in usages])
 
 
 async def get_schema_subjects(request: web.Request) -> web.Response:
-    return _json(sorted({v.subject for v in _store(request).usages(_schema_id(request))}))
+    return json_response(sorted({v.subject for v in _store(request).usages(_schema_id(request))}))
 
 
 async def schema_types(_request: web.Request) -> web.Response:
-    return _json(["AVRO"])
+    return json_response(["AVRO"])
+
+
+async def list_contexts(_request: web.Request) -> web.Response:
+    """Only the default context: subjects are never qualified with one."""
+    return json_response(["."])
 
 
 async def test_compatibility(request: web.Request) -> web.Response:
@@ -189,59 +226,120 @@ async def test_compatibility(request: web.Request) -> web.Response:
     against = [_version(request)] if "version" in request.match_info else store.versions(subject)
     problems = store.problems(subject, text, against=against)
     body: dict[str, Any] = {"is_compatible": not problems}
-    if request.query.get("verbose", "").lower() == "true":
+    if _flag(request, "verbose"):
         body["messages"] = problems
-    return _json(body)
+    return json_response(body)
+
+
+# --- compatibility levels and modes: global, or per subject ------------------------------------
 
 
 async def get_config(request: web.Request) -> web.Response:
-    return _json({"compatibilityLevel": _store(request).compatibility(request.match_info.get("subject"))})
+    store, subject = _store(request), request.match_info.get("subject")
+    if subject is None or _flag(request, "defaultToGlobal"):
+        return json_response({"compatibilityLevel": store.compatibility(subject)})
+    level = store.own_compatibility(subject)
+    if level is None:
+        raise ApiError(
+            ErrorCode.SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+            f"Subject '{subject}' does not have subject-level compatibility configured",
+        )
+    return json_response({"compatibilityLevel": level})
 
 
 async def put_config(request: web.Request) -> web.Response:
-    body = await _body(request)
-    level = str(body.get("compatibility", "")).upper()
+    level = str((await _body(request)).get("compatibility", "")).upper()
     if level not in LEVELS:
-        raise ApiError(422, 42203, f"invalid compatibility level {level!r}; one of {', '.join(LEVELS)}")
+        raise ApiError(
+            ErrorCode.INVALID_COMPATIBILITY_LEVEL,
+            f"Invalid compatibility level {level!r}. Valid values are {', '.join(LEVELS)}",
+        )
     await asyncio.to_thread(_store(request).set_compatibility, request.match_info.get("subject"), level)
-    return _json({"compatibility": level})
+    return json_response({"compatibility": level})
 
 
 async def delete_config(request: web.Request) -> web.Response:
-    subject = request.match_info["subject"]
-    previous = _store(request).compatibility(subject)
-    await asyncio.to_thread(_store(request).set_compatibility, subject, None)
-    return _json({"compatibilityLevel": previous})
+    """Back to the global level (a subject) or to the configured default (global); the old level."""
+    store, subject = _store(request), request.match_info.get("subject")
+    previous = store.compatibility(None) if subject is None else store.own_compatibility(subject)
+    if previous is None:
+        raise ApiError(ErrorCode.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
+    await asyncio.to_thread(store.set_compatibility, subject, None)
+    return json_response({"compatibilityLevel": previous})
+
+
+async def get_mode(request: web.Request) -> web.Response:
+    store, subject = _store(request), request.match_info.get("subject")
+    if subject is None or _flag(request, "defaultToGlobal"):
+        return json_response({"mode": store.mode(subject)})
+    mode = store.own_mode(subject)
+    if mode is None:
+        raise ApiError(
+            ErrorCode.SUBJECT_MODE_NOT_CONFIGURED,
+            f"Subject '{subject}' does not have subject-level mode configured",
+        )
+    return json_response({"mode": mode})
+
+
+async def put_mode(request: web.Request) -> web.Response:
+    mode = str((await _body(request)).get("mode", "")).upper()
+    if mode not in MODES:
+        raise ApiError(ErrorCode.INVALID_MODE, f"Invalid mode {mode!r}. Valid values are {', '.join(MODES)}")
+    await asyncio.to_thread(_store(request).set_mode, request.match_info.get("subject"), mode)
+    return json_response({"mode": mode})
+
+
+async def delete_mode(request: web.Request) -> web.Response:
+    """Back to the global mode; the subject's old mode."""
+    store, subject = _store(request), request.match_info["subject"]
+    previous = store.own_mode(subject)
+    if previous is None:
+        raise ApiError(ErrorCode.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
+    await asyncio.to_thread(store.set_mode, subject, None)
+    return json_response({"mode": previous})
+
+
+ROUTES: tuple[tuple[str, str, Handler], ...] = (
+    ("GET", "/subjects", list_subjects),
+    ("GET", "/subjects/{subject}/versions", list_versions),
+    ("POST", "/subjects/{subject}/versions", register),
+    ("GET", "/subjects/{subject}/versions/{version}", get_version),
+    ("GET", "/subjects/{subject}/versions/{version}/schema", get_version_schema),
+    ("DELETE", "/subjects/{subject}/versions/{version}", delete_version),
+    ("POST", "/subjects/{subject}", lookup),
+    ("DELETE", "/subjects/{subject}", delete_subject),
+    ("GET", "/schemas", list_schemas),
+    ("GET", "/schemas/types", schema_types),
+    ("GET", "/schemas/ids/{id}", get_schema),
+    ("GET", "/schemas/ids/{id}/schema", get_schema_only),
+    ("GET", "/schemas/ids/{id}/versions", get_schema_versions),
+    ("GET", "/schemas/ids/{id}/subjects", get_schema_subjects),
+    ("GET", "/contexts", list_contexts),
+    ("POST", "/compatibility/subjects/{subject}/versions/{version}", test_compatibility),
+    ("POST", "/compatibility/subjects/{subject}/versions", test_compatibility),
+    ("GET", "/config", get_config),
+    ("PUT", "/config", put_config),
+    ("DELETE", "/config", delete_config),
+    ("GET", "/config/{subject}", get_config),
+    ("PUT", "/config/{subject}", put_config),
+    ("DELETE", "/config/{subject}", delete_config),
+    ("GET", "/mode", get_mode),
+    ("PUT", "/mode", put_mode),
+    ("GET", "/mode/{subject}", get_mode),
+    ("PUT", "/mode/{subject}", put_mode),
+    ("DELETE", "/mode/{subject}", delete_mode),
+)
+"""Method, path and handler of every route; each is served at ``path`` and ``path/``."""
 
 
 def build_app(store: SchemaStore) -> web.Application:
     """The registry's aiohttp application over a loaded ``store``."""
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[confluent_errors])
     app[STORE] = store
-    app.add_routes(
-        [
-            web.get("/", root),
-            web.get("/subjects", list_subjects),
-            web.get("/subjects/{subject}/versions", list_versions),
-            web.post("/subjects/{subject}/versions", register),
-            web.get("/subjects/{subject}/versions/{version}", get_version),
-            web.get("/subjects/{subject}/versions/{version}/schema", get_version_schema),
-            web.delete("/subjects/{subject}/versions/{version}", delete_version),
-            web.post("/subjects/{subject}", lookup),
-            web.delete("/subjects/{subject}", delete_subject),
-            web.get("/schemas/types", schema_types),
-            web.get("/schemas/ids/{id}", get_schema),
-            web.get("/schemas/ids/{id}/versions", get_schema_versions),
-            web.get("/schemas/ids/{id}/subjects", get_schema_subjects),
-            web.post("/compatibility/subjects/{subject}/versions/{version}", test_compatibility),
-            web.post("/compatibility/subjects/{subject}/versions", test_compatibility),
-            web.get("/config", get_config),
-            web.put("/config", put_config),
-            web.get("/config/{subject}", get_config),
-            web.put("/config/{subject}", put_config),
-            web.delete("/config/{subject}", delete_config),
-        ]
-    )
+    app.router.add_get("/", root)
+    for method, path, handler in ROUTES:
+        for variant in (path, f"{path}/"):
+            app.router.add_route(method, variant, handler)
     return app
 
 

@@ -1,8 +1,9 @@
 """The registry's state, kept in a compacted Kafka topic as Confluent's own ``_schemas`` is.
 
-Every change is a keyed JSON record; on start the whole topic is read back, so ids are
-shared by every process that asks the registry and survive restarts. Writes go to the
-topic first and into memory only once the broker acknowledged them.
+Schemas, compatibility levels and modes: every change is a keyed JSON record; on start the
+whole topic is read back, so ids are shared by every process that asks the registry and
+survive restarts. Writes go to the topic first and into memory only once the broker
+acknowledged them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from schemas.registry.compatibility import check
 from schemas.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
+
+READWRITE, READONLY = "READWRITE", "READONLY"
+MODES = (READWRITE, READONLY)
+"""The modes served; Confluent's IMPORT (registering with given ids) is not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +59,9 @@ class SchemaStore:
         self._versions: dict[str, list[SchemaVersion]] = {}
         self._by_id: dict[int, str] = {}
         self._id_of: dict[str, int] = {}
-        self._config: dict[str | None, str] = {None: default_compatibility}
+        self._default_compatibility = default_compatibility
+        self._config: dict[str | None, str] = {}
+        self._modes: dict[str | None, str] = {}
         self._producer: Producer | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -108,6 +115,10 @@ class SchemaStore:
         """Live versions of ``subject``, oldest first."""
         return [v for v in self._versions.get(subject, []) if not v.deleted]
 
+    def all_versions(self, *, deleted: bool = False) -> list[SchemaVersion]:
+        """Every live version of every subject (soft-deleted ones too with ``deleted``)."""
+        return [v for s in sorted(self._versions) for v in self._versions[s] if deleted or not v.deleted]
+
     def schema_by_id(self, schema_id: int) -> str | None:
         """The schema text with ``schema_id``."""
         return self._by_id.get(schema_id)
@@ -123,7 +134,19 @@ class SchemaStore:
 
     def compatibility(self, subject: str | None) -> str:
         """The level of ``subject``, else the global level."""
-        return self._config.get(subject) or self._config[None]
+        return self._config.get(subject) or self._config.get(None) or self._default_compatibility
+
+    def own_compatibility(self, subject: str) -> str | None:
+        """The level set on ``subject`` itself (None: it follows the global level)."""
+        return self._config.get(subject)
+
+    def mode(self, subject: str | None) -> str:
+        """The mode of ``subject``, else the global mode (READWRITE unless set)."""
+        return self._modes.get(subject) or self._modes.get(None) or READWRITE
+
+    def own_mode(self, subject: str) -> str | None:
+        """The mode set on ``subject`` itself (None: it follows the global mode)."""
+        return self._modes.get(subject)
 
     def problems(self, subject: str, text: str, *, against: list[SchemaVersion] | None = None) -> list[str]:
         """Why ``text`` would break the subject's level (empty when compatible)."""
@@ -160,9 +183,15 @@ class SchemaStore:
             return [v.version for v in doomed]
 
     def set_compatibility(self, subject: str | None, level: str | None) -> None:
-        """Set (or with None, clear) the level of ``subject`` or, with subject None, the global one."""
+        """Set (or with None, clear) the level of ``subject`` or, with subject None, the global one
+        (cleared, it is the configured default again)."""
         with self._lock:
             self._write(_config_key(subject), None if level is None else {"compatibilityLevel": level})
+
+    def set_mode(self, subject: str | None, mode: str | None) -> None:
+        """Set (or with None, clear) the mode of ``subject`` or, with subject None, the global one."""
+        with self._lock:
+            self._write(_mode_key(subject), None if mode is None else {"mode": mode})
 
     def _write(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
         if self._producer is None:
@@ -186,13 +215,13 @@ class SchemaStore:
         if key_bytes is None:
             return
         key = json.loads(key_bytes)
-        if key.get("keytype") == "CONFIG":
-            subject = key.get("subject")
+        settings = {"CONFIG": (self._config, "compatibilityLevel"), "MODE": (self._modes, "mode")}
+        if key.get("keytype") in settings:
+            table, field = settings[key["keytype"]]
             if value_bytes is None:
-                if subject is not None:  # the global level can be changed, never removed
-                    self._config.pop(subject, None)
+                table.pop(key.get("subject"), None)
             else:
-                self._config[subject] = json.loads(value_bytes)["compatibilityLevel"]
+                table[key.get("subject")] = json.loads(value_bytes)[field]
             return
         if key.get("keytype") != "SCHEMA" or value_bytes is None:
             return
@@ -212,3 +241,7 @@ def _schema_key(subject: str, version: int) -> dict[str, Any]:
 
 def _config_key(subject: str | None) -> dict[str, Any]:
     return {"keytype": "CONFIG", "subject": subject, "magic": 0}
+
+
+def _mode_key(subject: str | None) -> dict[str, Any]:
+    return {"keytype": "MODE", "subject": subject, "magic": 0}
