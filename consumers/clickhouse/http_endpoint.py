@@ -37,7 +37,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from consumers.clickhouse.engine import Connection, EmbeddedEngine, EngineError, Outcome
-from consumers.clickhouse.sessions import Sessions
+from consumers.clickhouse.sessions import DEFAULT_LIMIT, Session, Sessions
 
 log = logging.getLogger(__name__)
 
@@ -196,19 +196,30 @@ class _Statement:
 
 
 def _run(app: web.Application, params: MultiMapping[str], statement: _Statement) -> Outcome:
-    """Run ``statement`` on its session's connection, or on a connection of its own (worker thread)."""
+    """Run ``statement`` in its session, or on a connection of its own (in a worker thread)."""
     session_id = params.get("session_id")
-    if session_id:
-        with app[SESSIONS].use(
-            session_id,
-            timeout=params.get("session_timeout"),
-            check=params.get("session_check") == "1",
-            close=params.get("close_session", "0").lower() in ("1", "true"),
-        ) as session:
-            session.enter(statement.settings, statement.database)
-            return statement.run_on(session.connection)
-    connection = app[ENGINE].connect()
+    if not session_id:
+        return _on_own_connection(app[ENGINE], statement, seed=None)
+    with app[SESSIONS].use(
+        session_id,
+        timeout=params.get("session_timeout"),
+        check=params.get("session_check") == "1",
+        close=params.get("close_session", "0").lower() in ("1", "true"),
+    ) as session:
+        if statement.settings.get("readonly", "0") != "0":
+            # ClickHouse never lowers readonly in the session that raised it, so a read-only
+            # request of a session runs on a copy of the session (see sessions.py).
+            return _on_own_connection(app[ENGINE], statement, seed=session)
+        session.enter(statement.settings, statement.database)
+        return statement.run_on(session.connection)
+
+
+def _on_own_connection(engine: EmbeddedEngine, statement: _Statement, *, seed: Session | None) -> Outcome:
+    """Run ``statement`` on a connection opened for it (set up as ``seed`` stands) and closed after it."""
+    connection = engine.connect()
     try:
+        if seed is not None:
+            seed.copy_to(connection)
         if statement.database:
             connection.use(statement.database)
         connection.apply(statement.settings)
@@ -284,14 +295,14 @@ async def _expire_sessions(app: web.Application) -> AsyncIterator[None]:
     app[SESSIONS].close()
 
 
-def build_app(engine: EmbeddedEngine) -> web.Application:
-    """The endpoint's aiohttp application."""
+def build_app(engine: EmbeddedEngine, *, max_sessions: int = DEFAULT_LIMIT) -> web.Application:
+    """The endpoint's aiohttp application; at most ``max_sessions`` sessions at once."""
     # aiohttp would decode gzip/deflate/zstd bodies itself but not lz4; decoding all of them
     # in one place keeps the multi-frame rule in one place too.
     app = web.Application(client_max_size=MAX_BODY, handler_args={"auto_decompress": False})
     app[ENGINE] = engine
     app[EXECUTOR] = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="chdb")
-    app[SESSIONS] = Sessions(engine)
+    app[SESSIONS] = Sessions(engine, limit=max_sessions)
     app.cleanup_ctx.append(_expire_sessions)
     app.add_routes(
         [
@@ -305,9 +316,10 @@ def build_app(engine: EmbeddedEngine) -> web.Application:
     return app
 
 
-def serve(engine: EmbeddedEngine, *, host: str, port: int) -> None:
+def serve(engine: EmbeddedEngine, *, host: str, port: int, max_sessions: int = DEFAULT_LIMIT) -> None:
     """Serve the engine over HTTP until SIGINT/SIGTERM, then release it."""
     try:
-        web.run_app(build_app(engine), host=host, port=port, print=None, handle_signals=True)
+        app = build_app(engine, max_sessions=max_sessions)
+        web.run_app(app, host=host, port=port, print=None, handle_signals=True)
     finally:
         engine.close()

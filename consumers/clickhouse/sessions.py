@@ -12,9 +12,11 @@ per-statement settings besides a statement's own ``SETTINGS`` clause (which mean
 settings in a ``CREATE TABLE``), so a session applies them to its own connection and takes
 them back at its next request that does not carry them. They never leave the session; a
 client sending the same settings on every request (clickhouse-connect does) pays nothing
-after the first. One deviation from ClickHouse: ClickHouse refuses to lower ``readonly`` in
-the session that raised it, so a session whose request asked for ``readonly`` stays read-only
-until it ends.
+after the first. ``readonly`` is the exception: ClickHouse refuses to lower it in the
+session that raised it, so a request asking for it runs on a fresh connection set up as the
+session stands (:meth:`Session.copy_to`: its database and its own settings). What that
+request cannot see are the session's temporary tables; with ``readonly=1`` no temporary
+table can be created either, so a client that is read-only on every request loses nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from consumers.clickhouse.engine import Connection, EmbeddedEngine, EngineError
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 3600
-DEFAULT_LIMIT = 256
+DEFAULT_LIMIT = 1000
 
 
 @dataclass
@@ -60,6 +62,19 @@ class Session:
                 del self.applied[name]
         self.overridden |= own
         self.applied |= settings
+
+    def copy_to(self, connection: Connection) -> None:
+        """Set ``connection`` up as this session stands: its current database and its own
+        settings (those a ``SET`` in the session changed, not a request's URL settings)."""
+        body = self.connection.execute(
+            "SELECT currentDatabase(), name, value FROM system.settings "
+            "WHERE changed AND name != 'database' UNION ALL SELECT currentDatabase(), '', ''",
+            fmt="TabSeparatedRaw",
+        ).body
+        rows = [line.split("\t") for line in body.decode().splitlines()]
+        own = {name: value for _, name, value in rows if name} | self.overridden
+        connection.use(rows[0][0])
+        connection.apply(own)
 
 
 class Sessions:
