@@ -153,6 +153,11 @@ def test_two_sessions_keep_their_own_settings_and_temporary_tables(platform, end
     assert first.command("SELECT getSetting('max_threads')") == 3, (
         "a URL setting does not stay in the session"
     )
+    assert first.command("SELECT getSetting('max_threads')", settings={"readonly": 2}) == 3, (
+        "a read-only request of a session runs with the session's settings"
+    )
+    first.command("INSERT INTO scratch VALUES (1)")  # and the session can write after it
+    assert first.command("SELECT count() FROM scratch") == 3
 
 
 def test_a_session_expires_after_its_timeout_and_session_check_says_so(endpoint, unique) -> None:
@@ -166,6 +171,35 @@ def test_a_session_expires_after_its_timeout_and_session_check_says_so(endpoint,
     assert answer[1]["X-ClickHouse-Exception-Code"] == "372" and b"SESSION_NOT_FOUND" in answer[2]
     status, headers, _ = ask(session_timeout="3601")
     assert (status, headers["X-ClickHouse-Exception-Code"]) == (500, "374"), "over max_session_timeout"
+
+
+def test_a_session_serves_one_request_at_a_time(endpoint, unique) -> None:
+    session = urlencode({"session_id": f"busy-{unique}"})
+    running = f"SELECT sleepEachRow(0.1), '{unique}' FROM numbers(600) SETTINGS max_block_size = 1"
+    seen_running = (
+        f"SELECT count() FROM system.processes WHERE query LIKE concat('%sleepEach', 'Row%', '{unique}%')"
+    )
+    answers: list[tuple[int, dict, bytes]] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(_http(f"{endpoint}/?{session}", running.encode()))
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while _lines(endpoint, "default", seen_running) != ["1"]:
+            assert time.monotonic() < deadline, "the long query never showed in system.processes"
+        status, headers, body = _http(f"{endpoint}/?{session}", b"SELECT 1")
+        assert (status, headers["X-ClickHouse-Exception-Code"]) == (
+            500,
+            "373",
+        ) and b"SESSION_IS_LOCKED" in body
+        assert _http(f"{endpoint}/?query=SELECT%201")[2] == b"1\n", "other requests go on meanwhile"
+    finally:
+        kill = f"KILL QUERY WHERE query LIKE concat('%sleepEach', 'Row%', '{unique}%') SYNC"
+        _http(endpoint, kill.encode())
+        thread.join(timeout=60)
+    assert answers[0][1]["X-ClickHouse-Exception-Code"] == "394", "the long query was cancelled"
+    assert _http(f"{endpoint}/?{session}", b"SELECT 1")[::2] == (200, b"1\n"), "free again"
 
 
 def test_sessions_are_bounded_and_close_session_frees_one(tmp_path: Path, spawned) -> None:

@@ -2,10 +2,10 @@
 
 A session owns one engine :class:`~consumers.clickhouse.engine.Connection`, so what it
 ``SET``s, the database it ``USE``s and the temporary tables it creates are its own. It lives
-``session_timeout`` seconds (default 60, at most 3600) after its last request ends, serves one
-request at a time (a concurrent one gets SESSION_IS_LOCKED), and at most ``limit`` of them
-exist at once (a new one past that gets USER_SESSION_LIMIT_EXCEEDED once expired sessions are
-gone).
+``session_timeout`` seconds (default 60, at most 3600; the value of the request that created
+it, as in ClickHouse) after its last request ends, serves one request at a time (a concurrent
+one gets SESSION_IS_LOCKED), and at most ``limit`` of them exist at once (a new one past that
+gets USER_SESSION_LIMIT_EXCEEDED once expired sessions are gone).
 
 Settings a request carries in its URL are that request's, not the session's. chDB offers no
 per-statement settings besides a statement's own ``SETTINGS`` clause (which means storage
@@ -89,7 +89,8 @@ class Sessions:
     @contextmanager
     def use(self, session_id: str, *, timeout: str | None, check: bool, close: bool) -> Iterator[Session]:
         """The session ``session_id`` for one request: created unless ``check``, expired sessions
-        swept first; ``close`` ends it after the request."""
+        swept first; ``close`` ends it after the request. ``timeout`` is checked on every
+        request but only the creating request's value counts (ClickHouse keeps it so too)."""
         timeout_s = _timeout(timeout)
         session = self._acquire(session_id, timeout_s, check)
         try:
@@ -117,9 +118,6 @@ class Sessions:
         for session in ended:
             session.connection.close()
 
-    def __len__(self) -> int:
-        return len(self._sessions)
-
     def _acquire(self, session_id: str, timeout_s: int, check: bool) -> Session:
         self.expire()
         with self._lock:
@@ -143,7 +141,6 @@ class Sessions:
                     "(SESSION_IS_LOCKED)"
                 )
             session.busy = True
-            session.timeout_s = timeout_s
             return session
 
     def _release(self, session_id: str, session: Session, close: bool) -> None:
