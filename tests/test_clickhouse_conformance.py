@@ -89,12 +89,14 @@ def test_a_readonly_client_is_refused_writes_while_another_client_inserts(platfo
     thread.start()
     start.wait()
     refusals = []
-    for i in range(INSERTS):  # interleaved with the writer's inserts
-        with pytest.raises(DatabaseError) as caught:
-            reader.insert("t", [[10_000 + i]], column_names=["id"])
-        refusals.append(caught.value)
-        assert reader.command("SELECT count() FROM t") <= INSERTS, "reads still work"
-    thread.join(timeout=60)
+    try:
+        for i in range(INSERTS):  # interleaved with the writer's inserts
+            with pytest.raises(DatabaseError) as caught:
+                reader.insert("t", [[10_000 + i]], column_names=["id"])
+            refusals.append(caught.value)
+            assert reader.command("SELECT count() FROM t") <= INSERTS, "reads still work"
+    finally:
+        thread.join(timeout=60)
 
     assert written == list(range(INSERTS)), "every insert of the other client succeeded"
     assert all("code: 164" in str(err) and "READONLY" in str(err) for err in refusals)
