@@ -227,7 +227,12 @@ def serve_clickhouse(context: Context) -> None:
         settings.clickhouse.http_host,
         settings.clickhouse.http_port,
     )
-    serve(engine, host=settings.clickhouse.http_host, port=settings.clickhouse.http_port)
+    serve(
+        engine,
+        host=settings.clickhouse.http_host,
+        port=settings.clickhouse.http_port,
+        max_sessions=settings.clickhouse.http_max_sessions,
+    )
 
 
 # --- the main job --------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""The embedded ClickHouse engine (chDB) held by one process, run one statement at a time.
+"""The embedded ClickHouse engine (chDB) held by one process, and its connections.
 
 chDB allows one engine per data path per process, so exactly one process (the holder)
-opens it; everyone else reaches it through the HTTP endpoint. Statements run on one
-thread: per-request settings and the current database are session state of the single
-connection, applied before each statement and undone after.
+opens it; everyone else reaches it through the HTTP endpoint. Inside the holder every
+request or session works on a :class:`Connection` of its own: chDB keeps settings, the
+current database and temporary tables per connection, so a setting one client asks for
+(``readonly=1`` included) can never reach another, and statements on different
+connections run in parallel.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import errno
 import re
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import chdb
+from chdb.state.sqlitelike import Connection as ChdbConnection
 
 from schemas.exceptions import GPULensError
 
@@ -44,78 +47,95 @@ class Outcome:
     elapsed_s: float = 0.0
 
 
-@dataclass
-class _Session:
-    database: str = "default"
-    originals: dict[str, str] = field(default_factory=dict)
-    """Settings a request changed: name -> value before the first change."""
-
-
 def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class EmbeddedEngine:
-    """A chDB engine on ``path``; every method is thread-safe (calls are serialized)."""
+    """A chDB engine on ``path``: one connection keeps it open, :meth:`connect` hands out more."""
 
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._spool = path / "tmp-inserts"
         self._spool.mkdir(exist_ok=True)
-        self._lock = threading.Lock()
         try:
-            self._conn = chdb.connect(str(path))
+            self._keeper = chdb.connect(str(path))
         except Exception as err:
             raise EngineError(
                 f"cannot open the ClickHouse engine at {path}: {err} "
                 "(only one process may hold it; is another gpulens holder running?)"
             ) from err
-        self._session = _Session()
+
+    def connect(self) -> Connection:
+        """A new connection: default settings, database ``default``, no temporary tables."""
+        return Connection(chdb.connect(str(self.path)), self._spool)
 
     def close(self) -> None:
-        """Release the engine (the data stays on disk)."""
+        """Release the engine (the data stays on disk); chDB stops it with its last connection."""
+        self._keeper.close()
+
+
+class Connection:
+    """One ClickHouse session inside the engine; one statement at a time (calls are serialized)."""
+
+    def __init__(self, raw: ChdbConnection, spool: Path) -> None:
+        self._raw = raw
+        self._spool = spool
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """End the session: its temporary tables go with it."""
         with self._lock:
-            self._conn.close()
+            self._raw.close()
 
     def execute(
-        self,
-        sql: str,
-        *,
-        fmt: str = "TabSeparated",
-        params: dict[str, str] | None = None,
-        settings: dict[str, str] | None = None,
-        database: str | None = None,
+        self, sql: str, *, fmt: str = "TabSeparated", params: dict[str, str] | None = None
     ) -> Outcome:
         """Run one statement; an embedded ``FORMAT`` clause wins over ``fmt``."""
         with self._lock:
-            self._prepare(settings or {}, database)
             return self._run(sql, fmt, params or {})
 
-    def insert(
-        self,
-        statement: str,
-        data: bytes,
-        *,
-        settings: dict[str, str] | None = None,
-        database: str | None = None,
-    ) -> Outcome:
+    def insert(self, statement: str, data: bytes) -> Outcome:
         """Run ``INSERT ... FORMAT X`` with ``data`` as its input (the bytes of format X)."""
-        with self._lock:
-            self._prepare(settings or {}, database)
-            with tempfile.NamedTemporaryFile(dir=self._spool, suffix=".insert") as tmp:
-                try:
-                    tmp.write(data)
-                    tmp.flush()
-                except OSError as err:
-                    raise _write_error(err, f"cannot spool {len(data):,} bytes of insert data") from err
-                return self._run(_with_infile(statement, tmp.name), "TabSeparated", {})
+        with self._lock, tempfile.NamedTemporaryFile(dir=self._spool, suffix=".insert") as tmp:
+            try:
+                tmp.write(data)
+                tmp.flush()
+            except OSError as err:
+                raise _write_error(err, f"cannot spool {len(data):,} bytes of insert data") from err
+            return self._run(_with_infile(statement, tmp.name), "TabSeparated", {})
 
-    # --- internals (lock held) -------------------------------------------------------------------
+    def use(self, database: str) -> None:
+        """Make ``database`` this session's current database."""
+        self.execute(f"USE `{database.replace('`', '')}`")
+
+    def apply(self, settings: dict[str, str]) -> None:
+        """Change settings in one ``SET`` as ClickHouse applies a request's URL settings: every
+        change is checked against the settings before any of them (so ``readonly=1`` beside
+        other settings works), and none is made when one is refused."""
+        if not settings:
+            return
+        for name in settings:
+            if not _SETTING_NAME.match(name):
+                raise EngineError(f"Code: 115. invalid setting name {name!r} (UNKNOWN_SETTING)")
+        self.execute("SET " + ", ".join(f"{name} = {_quote(value)}" for name, value in settings.items()))
+
+    def values(self, names: list[str]) -> dict[str, str]:
+        """The current values of settings ``names``; an unknown name is ClickHouse's UNKNOWN_SETTING."""
+        listed = ", ".join(_quote(name) for name in names)
+        body = self.execute(
+            f"SELECT name, value FROM system.settings WHERE name IN ({listed})", fmt="TabSeparatedRaw"
+        ).body
+        found = dict(line.split("\t", 1) for line in body.decode().splitlines())
+        for name in names:
+            if name not in found:
+                raise EngineError(f"Code: 115. DB::Exception: Unknown setting '{name}'. (UNKNOWN_SETTING)")
+        return found
 
     def _run(self, sql: str, fmt: str, params: dict[str, str]) -> Outcome:
         try:
-            result = self._conn.query(sql, fmt, params=params)
+            result = self._raw.query(sql, fmt, params=params)
         except Exception as err:  # chdb raises ChdbError / RuntimeError with ClickHouse's text
             raise EngineError(str(err).strip()) from err
         return Outcome(
@@ -126,33 +146,6 @@ class EmbeddedEngine:
             bytes_written=result.bytes_written(),
             elapsed_s=result.elapsed(),
         )
-
-    def _prepare(self, settings: dict[str, str], database: str | None) -> None:
-        session = self._session
-        wanted_db = database or "default"
-        if wanted_db != session.database:
-            self._run(f"USE `{wanted_db.replace('`', '')}`", "TabSeparated", {})
-            session.database = wanted_db
-        for name in list(session.originals):
-            if name not in settings:
-                self._set(name, session.originals.pop(name))
-        for name, value in settings.items():
-            if not _SETTING_NAME.match(name):
-                raise EngineError(f"Code: 115. invalid setting name {name!r} (UNKNOWN_SETTING)")
-            if name not in session.originals:
-                session.originals[name] = self._current(name)
-            self._set(name, value)
-
-    def _current(self, name: str) -> str:
-        body = self._run(
-            f"SELECT value FROM system.settings WHERE name = {_quote(name)}", "TabSeparatedRaw", {}
-        ).body
-        if not body:
-            raise EngineError(f"Code: 115. Unknown setting {name} (UNKNOWN_SETTING)")
-        return body.decode().rstrip("\n")
-
-    def _set(self, name: str, value: str) -> None:
-        self._run(f"SET {name} = {_quote(value)}", "TabSeparated", {})
 
 
 def _write_error(err: OSError, what: str) -> EngineError:

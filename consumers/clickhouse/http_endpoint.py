@@ -4,32 +4,49 @@ Speaks enough of ClickHouse's HTTP protocol for ``curl``, clickhouse-connect's H
 and anything else that talks to a ClickHouse server: ``GET``/``POST`` with ``?query=``,
 the query in the body, ``INSERT ... FORMAT X`` with the data in the body, ``database``,
 ``default_format``, ``param_*`` bind parameters, settings as URL parameters, and
-compressed request bodies (``Content-Encoding`` lz4, zstd, gzip, deflate). A compressed
-body may hold many frames (clickhouse-connect writes one LZ4 frame per block): every frame
-is decoded, never only the first.
+compressed request bodies (``Content-Encoding`` lz4, zstd, gzip, deflate), the
+``X-ClickHouse-Format`` / ``X-ClickHouse-Database`` / ``X-ClickHouse-Query-Id`` request
+headers (winning over the URL parameters, as in ClickHouse), sessions (``session_id``,
+``session_timeout``, ``session_check``, ``close_session``), and ``/ping``,
+``/replicas_status`` and ``/play``. A compressed body may hold many frames
+(clickhouse-connect writes one LZ4 frame per block): every frame is decoded, never only the
+first.
+
+URL settings belong to their request alone: a request without a session runs on a connection
+of its own, opened for it and closed after it; a session's request runs on the session's
+connection (see :mod:`consumers.clickhouse.sessions`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import logging
 import re
 import uuid
 import zlib
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import lz4.frame
 import zstandard
 from aiohttp import web
+from multidict import MultiMapping
 
-from consumers.clickhouse.engine import EmbeddedEngine, EngineError, Outcome
+from consumers.clickhouse.engine import Connection, EmbeddedEngine, EngineError, Outcome
+from consumers.clickhouse.sessions import DEFAULT_LIMIT, Session, Sessions
 
 log = logging.getLogger(__name__)
 
 ENGINE = web.AppKey("engine", EmbeddedEngine)
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+SESSIONS = web.AppKey("sessions", Sessions)
+WORKERS = 4
+"""Statements running at once (chDB runs statements of different connections in parallel)."""
+EXPIRY_SWEEP_S = 5.0
 
 # URL parameters that steer the HTTP exchange, not the query.
 _TRANSPORT = {
@@ -40,6 +57,8 @@ _TRANSPORT = {
     "session_id",
     "session_timeout",
     "session_check",
+    "close_session",
+    "stacktrace",
     "compress",
     "decompress",
     "enable_http_compression",
@@ -55,8 +74,39 @@ _TRANSPORT = {
 }
 _INSERT = re.compile(r"^\s*INSERT\b", re.IGNORECASE)
 _INSERT_WITH_FORMAT = re.compile(r"^\s*INSERT\b.*?\bFORMAT\s+\w+[ \t]*(\r?\n|$)", re.IGNORECASE | re.DOTALL)
-_HTTP_STATUS = {60: 404, 81: 404, 62: 400, 27: 400, 115: 400, 36: 400, 47: 400, 46: 400, 117: 400, 243: 507}
-"""ClickHouse's HTTP status per error code (as the server answers: a full disk is 507); 500 otherwise."""
+_HTTP_STATUS = {
+    60: 404,
+    81: 404,
+    115: 404,
+    46: 404,
+    47: 404,
+    73: 404,
+    62: 400,
+    27: 400,
+    36: 400,
+    117: 400,
+    243: 507,
+}
+"""ClickHouse's HTTP status per error code (its ``exceptionCodeToHTTPStatus``; a full disk is 507);
+500 otherwise, READONLY (164) and the session errors included, as ClickHouse answers them."""
+_OUTPUT_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*(?:\bSETTINGS\b[^']*)?;?\s*$", re.IGNORECASE)
+PLAY_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>GPULens ClickHouse</title></head>
+<body>
+<h1>GPULens ClickHouse (chDB)</h1>
+<form id="f"><textarea id="q" rows="8" cols="100">SELECT version()</textarea><br>
+<button>Run</button></form>
+<pre id="out"></pre>
+<script>
+document.getElementById("f").onsubmit = async (event) => {
+  event.preventDefault();
+  const response = await fetch("/?default_format=PrettyCompactMonoBlock", {
+    method: "POST", body: document.getElementById("q").value});
+  document.getElementById("out").textContent = await response.text();
+};
+</script>
+</body></html>
+"""
 
 MAX_BODY = 4 * 1024**3
 
@@ -121,33 +171,81 @@ def _headers(outcome: Outcome, query_id: str, fmt: str) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """One request's statement with everything it runs under."""
+
+    sql: str
+    data: bytes | None
+    fmt: str
+    binds: dict[str, str]
+    settings: dict[str, str]
+    database: str | None
+
+    @property
+    def output_format(self) -> str:
+        """The format the answer is in: the statement's own ``FORMAT`` clause, else ``fmt``."""
+        if self.data is None and (match := _OUTPUT_FORMAT.search(self.sql)):
+            return match.group(1)
+        return self.fmt
+
+    def run_on(self, connection: Connection) -> Outcome:
+        if self.data is not None:
+            return connection.insert(self.sql, self.data)
+        return connection.execute(self.sql, fmt=self.fmt, params=self.binds)
+
+
+def _run(app: web.Application, params: MultiMapping[str], statement: _Statement) -> Outcome:
+    """Run ``statement`` in its session, or on a connection of its own (in a worker thread)."""
+    session_id = params.get("session_id")
+    if not session_id:
+        return _on_own_connection(app[ENGINE], statement, seed=None)
+    with app[SESSIONS].use(
+        session_id,
+        timeout=params.get("session_timeout"),
+        check=params.get("session_check") == "1",
+        close=params.get("close_session", "0").lower() in ("1", "true"),
+    ) as session:
+        if statement.settings.get("readonly", "0") != "0":
+            # ClickHouse never lowers readonly in the session that raised it, so a read-only
+            # request of a session runs on a copy of the session (see sessions.py).
+            return _on_own_connection(app[ENGINE], statement, seed=session)
+        session.enter(statement.settings, statement.database)
+        return statement.run_on(session.connection)
+
+
+def _on_own_connection(engine: EmbeddedEngine, statement: _Statement, *, seed: Session | None) -> Outcome:
+    """Run ``statement`` on a connection opened for it (set up as ``seed`` stands) and closed after it."""
+    connection = engine.connect()
+    try:
+        if seed is not None:
+            seed.copy_to(connection)
+        if statement.database:
+            connection.use(statement.database)
+        connection.apply(statement.settings)
+        return statement.run_on(connection)
+    finally:
+        connection.close()
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """Run the request's statement; ClickHouse's status codes and error bodies on failure."""
     raw = await request.read() if request.can_read_body else b""
     if request.method == "GET" and not raw and "query" not in request.query:
         return web.Response(text="Ok.\n")
     params = request.query
-    query_id = params.get("query_id") or str(uuid.uuid4())
-    fmt = params.get("default_format", "TabSeparated")
+    headers = request.headers
+    query_id = params.get("query_id") or headers.get("X-ClickHouse-Query-Id") or str(uuid.uuid4())
+    fmt = headers.get("X-ClickHouse-Format") or params.get("default_format") or "TabSeparated"
+    database = headers.get("X-ClickHouse-Database") or params.get("database") or None
     settings = {k: v for k, v in params.items() if k not in _TRANSPORT and not k.startswith("param_")}
     binds = {k[len("param_") :]: v for k, v in params.items() if k.startswith("param_")}
-    engine = request.app[ENGINE]
-    loop = asyncio.get_running_loop()
     try:
-        body = decompress(raw, request.headers.get("Content-Encoding", ""))
-        statement, data = _split(request, body)
-        if data is not None:
-            outcome = await loop.run_in_executor(
-                request.app[EXECUTOR],
-                lambda: engine.insert(statement, data, settings=settings, database=params.get("database")),
-            )
-        else:
-            outcome = await loop.run_in_executor(
-                request.app[EXECUTOR],
-                lambda: engine.execute(
-                    statement, fmt=fmt, params=binds, settings=settings, database=params.get("database")
-                ),
-            )
+        sql, data = _split(request, decompress(raw, headers.get("Content-Encoding", "")))
+        statement = _Statement(sql, data, fmt, binds, settings, database)
+        outcome = await asyncio.get_running_loop().run_in_executor(
+            request.app[EXECUTOR], _run, request.app, params, statement
+        )
     except EngineError as err:
         log.info("query failed (%s): %s", query_id, str(err).splitlines()[0][:300])
         return _error(err.code, str(err), query_id)
@@ -158,7 +256,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return _error(
             1001, f"Code: 1001. DB::Exception: {type(err).__name__}: {err}. (STD_EXCEPTION)", query_id
         )
-    return web.Response(body=outcome.body, headers=_headers(outcome, query_id, fmt))
+    return web.Response(body=outcome.body, headers=_headers(outcome, query_id, statement.output_format))
 
 
 def _error(code: int, text: str, query_id: str) -> web.Response:
@@ -170,29 +268,58 @@ def _error(code: int, text: str, query_id: str) -> web.Response:
     )
 
 
-async def ping(_request: web.Request) -> web.Response:
+async def ok(_request: web.Request) -> web.Response:
+    """``/ping`` and ``/replicas_status``: this single, unreplicated engine is always in sync."""
     return web.Response(text="Ok.\n")
 
 
-def build_app(engine: EmbeddedEngine) -> web.Application:
-    """The endpoint's aiohttp application (one engine thread: chDB runs one statement at a time)."""
+async def play(_request: web.Request) -> web.Response:
+    """``/play``: a page to type a query into, as ClickHouse serves one."""
+    return web.Response(text=PLAY_PAGE, content_type="text/html")
+
+
+async def _expire_sessions(app: web.Application) -> AsyncIterator[None]:
+    """End idle sessions in the background too, so an abandoned one frees its connection."""
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            await asyncio.get_running_loop().run_in_executor(app[EXECUTOR], app[SESSIONS].expire)
+
+    task = asyncio.create_task(sweep())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    app[EXECUTOR].shutdown(wait=True)
+    app[SESSIONS].close()
+
+
+def build_app(engine: EmbeddedEngine, *, max_sessions: int = DEFAULT_LIMIT) -> web.Application:
+    """The endpoint's aiohttp application; at most ``max_sessions`` sessions at once."""
     # aiohttp would decode gzip/deflate/zstd bodies itself but not lz4; decoding all of them
     # in one place keeps the multi-frame rule in one place too.
     app = web.Application(client_max_size=MAX_BODY, handler_args={"auto_decompress": False})
     app[ENGINE] = engine
-    app[EXECUTOR] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chdb")
-
-    async def _shutdown(app: web.Application) -> None:
-        app[EXECUTOR].shutdown(wait=True)
-
-    app.on_cleanup.append(_shutdown)
-    app.add_routes([web.get("/ping", ping), web.get("/", handle), web.post("/", handle)])
+    app[EXECUTOR] = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="chdb")
+    app[SESSIONS] = Sessions(engine, limit=max_sessions)
+    app.cleanup_ctx.append(_expire_sessions)
+    app.add_routes(
+        [
+            web.get("/ping", ok),
+            web.get("/replicas_status", ok),
+            web.get("/play", play),
+            web.get("/", handle),
+            web.post("/", handle),
+        ]
+    )
     return app
 
 
-def serve(engine: EmbeddedEngine, *, host: str, port: int) -> None:
+def serve(engine: EmbeddedEngine, *, host: str, port: int, max_sessions: int = DEFAULT_LIMIT) -> None:
     """Serve the engine over HTTP until SIGINT/SIGTERM, then release it."""
     try:
-        web.run_app(build_app(engine), host=host, port=port, print=None, handle_signals=True)
+        app = build_app(engine, max_sessions=max_sessions)
+        web.run_app(app, host=host, port=port, print=None, handle_signals=True)
     finally:
         engine.close()

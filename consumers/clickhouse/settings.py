@@ -29,6 +29,14 @@ class ClickHouseSettings(BaseModel):
     )
     http_host: str = Field(default="127.0.0.1", description="Address the embedded engine's endpoint binds.")
     http_port: int = Field(default=18123, ge=1, le=65535, description="Port of that endpoint.")
+    http_max_sessions: int = Field(
+        default=1000,
+        ge=1,
+        description=(
+            "HTTP sessions (session_id) the endpoint keeps at once (~110 KB each; clickhouse-connect "
+            "opens one per client); past it a new session is refused until one ends or expires."
+        ),
+    )
 
 
 class SinkSettings(BaseModel):
