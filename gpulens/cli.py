@@ -236,7 +236,11 @@ def serve_clickhouse(context: Context) -> None:
 @cli.command("smoke")
 @pass_context
 def smoke(context: Context) -> None:
-    """Publish one record of every type and read each back (checks broker, registry, codec)."""
+    """Publish one record of every type and read each back (checks broker, registry, codec).
+
+    The records belong to the cluster gpulens-smoke, whatever the configured cluster: stamped
+    now, they would otherwise move that cluster's event time past any replay of a past trace.
+    """
     from gpulens.smoke import run_smoke
 
     for r in run_smoke(context.settings):

@@ -179,6 +179,46 @@ def test_a_pod_deleted_at_a_window_start_is_not_in_that_windows_maximum(
     ]
 
 
+def dead_letters_of(platform, codec: AvroCodec, group: str) -> list[DeadLetter]:
+    """Every committed dead letter the consumer group ``group`` wrote so far (the DLQ read to its end)."""
+    consumer = Consumer(
+        platform.kafka.librdkafka(**{"group.id": f"dlq-{group}", "isolation.level": "read_committed"})
+    )
+    partitions = [TopicPartition(DLQ.name, p) for p in range(DLQ.partitions)]
+    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions}
+    consumer.assign([TopicPartition(DLQ.name, p, 0) for p, end in ends.items() if end > 0])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + 60
+    try:
+        while any(tp.offset < ends[tp.partition] for tp in consumer.position(consumer.assignment())):
+            assert time.monotonic() < deadline, "the DLQ is read to its end within 60 s"
+            decoded = (
+                codec.decode(DLQ, m.value()) for m in consumer.consume(10_000, 0.5) if m.error() is None
+            )
+            letters += [letter for letter in decoded if letter.consumer == group]
+    finally:
+        consumer.close()
+    return letters
+
+
+def test_a_replay_after_the_smoke_check_is_not_late(platform, codec, config_file, unique, processes) -> None:
+    """Smoke records are stamped now: in the configured cluster they made a later replay of a
+    past trace into it late, record by record (issue 14). They have a cluster of their own."""
+    cluster, group = f"real-{unique}", f"g-{unique}"
+    env = {**os.environ, "GPULENS_CLUSTER": cluster}
+    subprocess.run(gpulens(config_file, "smoke"), check=True, capture_output=True, env=env)
+    reader = RowReader(platform, codec, cluster)
+    processes.append(start_worker(config_file, group))
+    replaying = gpulens(config_file, "replay", "alibaba-v2023", "--part", "nodes")
+    processes.append(spawn(replaying, config_file.parent / f"replay-{cluster}.log", env=env))
+    try:
+        rows = reader.read_until(1, 120)
+    finally:
+        reader.close()
+    assert [(d.reason, d.source_topic) for d in dead_letters_of(platform, codec, group)] == []
+    assert [(r.window_start, r.gpu_capacity) for r in rows[:1]] == [(EPOCH, 6212.0)]
+
+
 def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     platform, codec, config_file, unique, processes
 ) -> None:
