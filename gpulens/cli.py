@@ -264,6 +264,7 @@ def smoke(context: Context) -> None:
 @click.option(
     "--private",
     "private_dir",
+    metavar="DIR",
     type=click.Path(path_type=Path, file_okay=False),
     help="A private platform beside any other: free ports, state and DIR/gpulens.toml under DIR "
     "(written on the first run, reused after); other commands take it with --config.",
