@@ -23,7 +23,7 @@ from gpulens.commands_tables import tables
 from gpulens.commands_watch import watch
 from gpulens.commands_worker import worker
 from gpulens.main_job import EXAMPLES
-from gpulens.platform import ORDER, manager, service_specs, start_platform
+from gpulens.platform import ORDER, manager, service_specs, start_platform, write_private_config
 from infra.launching import Status
 from schemas.exceptions import GPULensError
 
@@ -241,7 +241,11 @@ def serve_clickhouse(context: Context) -> None:
 @cli.command("smoke")
 @pass_context
 def smoke(context: Context) -> None:
-    """Publish one record of every type and read each back (checks broker, registry, codec)."""
+    """Publish one record of every type and read each back (checks broker, registry, codec).
+
+    The records belong to the cluster gpulens-smoke, whatever the configured cluster: stamped
+    now, they would otherwise move that cluster's event time past any replay of a past trace.
+    """
     from gpulens.smoke import run_smoke
 
     for r in run_smoke(context.settings):
@@ -262,8 +266,16 @@ def smoke(context: Context) -> None:
     ),
 )
 @click.option("--foreground", is_flag=True, help="Stay attached after the report; Ctrl-C stops everything.")
+@click.option(
+    "--private",
+    "private_dir",
+    metavar="DIR",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A private platform beside any other: free ports, state and DIR/gpulens.toml under DIR "
+    "(written on the first run, reused after); other commands take it with --config.",
+)
 @pass_context
-def up(context: Context, with_replay: bool | None, foreground: bool) -> None:
+def up(context: Context, with_replay: bool | None, foreground: bool, private_dir: Path | None) -> None:
     """Bring up everything on this machine and show what the pipeline makes of real data.
 
     \b
@@ -289,6 +301,10 @@ def up(context: Context, with_replay: bool | None, foreground: bool) -> None:
     from gpulens.smoke import run_smoke
     from schemas.topic_admin import create_topics
 
+    if private_dir is not None:
+        context = click.get_current_context().obj = _private_context(context, private_dir)
+        click.echo(f"private platform: config {context.config_file}")
+    gpulens = f"gpulens --config {context.config_file}" if private_dir is not None else "gpulens"
     settings = context.settings
     click.echo("platform:")
     _platform_up(context)
@@ -322,13 +338,24 @@ def up(context: Context, with_replay: bool | None, foreground: bool) -> None:
         f"  ClickHouse SQL   {settings.clickhouse.url}  (database {settings.clickhouse.database})\n"
         f"  metrics          http://{settings.exporter.host}:{settings.exporter.port}/metrics\n"
         f"  logs             {settings.platform.state_dir / 'logs'}\n"
-        "try:\n" + "\n".join(f'  gpulens sql "{q}"' for q in EXAMPLES) + "\nstop with: gpulens down"
+        "try:\n" + "\n".join(f'  {gpulens} sql "{q}"' for q in EXAMPLES) + f"\nstop with: {gpulens} down"
     )
     if foreground:
         click.echo("attached: Ctrl-C stops everything")
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
         click.get_current_context().invoke(down)
+
+
+def _private_context(context: Context, directory: Path) -> Context:
+    """The context of a private platform under ``directory``; its config file is written once
+    (ports free at that moment) and reused, so `up --private DIR` again finds what runs."""
+    if context.config_file is not None:
+        raise click.UsageError("--private writes its own config file: leave out --config")
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "gpulens.toml"
+    return Context(config if config.is_file() else write_private_config(directory))
 
 
 @cli.command("down")

@@ -38,6 +38,13 @@ _PART = click.option(
     "and agents do, independently.",
 )
 
+_CLUSTER = click.option(
+    "--cluster",
+    default=None,
+    help="Cluster name in every record [default: the configured one]. Replays of different "
+    "traces into one cluster merge; give each its own name to keep them apart.",
+)
+
 
 def _publish(
     context: Context, events: list[tuple[TopicSpec, Event]], parts: tuple[str, ...], speed: str, label: str
@@ -97,9 +104,16 @@ def replay() -> None:
 )
 @click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
 @_PART
+@_CLUSTER
 @pass_context
 def alibaba_v2023(
-    context: Context, nodes: Path, pods: Path, epoch: datetime, speed: str, parts: tuple[str, ...]
+    context: Context,
+    nodes: Path,
+    pods: Path,
+    epoch: datetime,
+    speed: str,
+    parts: tuple[str, ...],
+    cluster: str | None,
 ) -> None:
     """Alibaba cluster-trace-gpu-v2023: nodes first, then every GPU pod created, bound, deleted.
 
@@ -113,7 +127,7 @@ def alibaba_v2023(
         trace.plan(
             trace.read_nodes(nodes),
             trace.read_pods(pods),
-            cluster=context.settings.cluster,
+            cluster=cluster or context.settings.cluster,
             epoch=epoch.replace(tzinfo=UTC),
         )
     )
@@ -130,11 +144,14 @@ def alibaba_v2023(
 )
 @click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
 @_PART
+@_CLUSTER
 @pass_context
-def genai_duty(context: Context, samples: Path, speed: str, parts: tuple[str, ...]) -> None:
+def genai_duty(
+    context: Context, samples: Path, speed: str, parts: tuple[str, ...], cluster: str | None
+) -> None:
     """Alibaba GenAI 2026 duty cycles: each pod a one-GPU pod on its own node, each row a sample."""
     from producers.replay import genai_duty as trace
 
     _create_topics(context)
-    events = list(trace.plan(trace.read_samples(samples), cluster=context.settings.cluster))
+    events = list(trace.plan(trace.read_samples(samples), cluster=cluster or context.settings.cluster))
     _publish(context, events, parts, speed, f"genai-duty → {context.settings.kafka.bootstrap_servers}")

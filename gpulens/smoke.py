@@ -1,4 +1,9 @@
-"""The smoke flow: publish one record of every type and read each back through the platform."""
+"""The smoke flow: publish one record of every type and read each back through the platform.
+
+Smoke records belong to a cluster of their own, :data:`SMOKE_CLUSTER`, never the configured one:
+they are stamped now, and in a real cluster they would move its event time to now, so that a
+later replay of a past trace into it would be dead-lettered as late (issue 14).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ from schemas.consuming import DecodingConsumer
 from schemas.examples import example_events
 from schemas.exceptions import GPULensError
 from schemas.topics import record_key
+
+SMOKE_CLUSTER = "gpulens-smoke"
+"""The cluster of every smoke record."""
 
 
 class SmokeError(GPULensError):
@@ -48,7 +56,7 @@ def _end_offsets(settings: GPULensSettings, topics: list[str]) -> list[TopicPart
 def run_smoke(settings: GPULensSettings, *, timeout: float = 30.0) -> list[SmokeResult]:
     """Produce one example of every event type and consume them back; :class:`SmokeError` if not."""
     codec = AvroCodec(registry_client(settings.registry.url))
-    events = example_events(cluster=settings.cluster, source="smoke", at=datetime.now(UTC))
+    events = example_events(cluster=SMOKE_CLUSTER, source="smoke", at=datetime.now(UTC))
     start = _end_offsets(settings, [t.name for t in events])
     producer = Producer(settings.kafka.librdkafka(**{"enable.idempotence": True}))
     sent_at: dict[str, float] = {}

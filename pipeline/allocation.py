@@ -295,7 +295,7 @@ class AllocationAggregator:
         size = self.windows.size_ms
         for name in sorted(cluster.node_series):
             series = cluster.node_series[name]
-            if series.value == 0 and series.maximum == 0 and name not in cluster.changed_in_window:
+            if series.peak == 0 and name not in cluster.changed_in_window:
                 del cluster.node_series[name]  # idle and unchanged: no row until it changes
                 continue
             mean, maximum, last = series.close(end, size)

@@ -42,7 +42,14 @@ def milli(amount: float) -> int:
 
 @dataclass(slots=True)
 class HeldAmount:
-    """An amount (milli-GPUs held by a cluster, node or workload) integrated over the current window."""
+    """An amount (milli-GPUs held by a cluster, node or workload) integrated over the current window.
+
+    ``value`` holds from instant ``since`` on; ``maximum`` is the largest amount at the window's
+    instants before ``since``. The value at ``since`` stays open until time moves past it: a
+    second settle at the same instant replaces it, because the amount at an instant is the one
+    after all of that instant's events (DESIGN.md). So the level carried into a window counts
+    toward its maximum only if nothing changes it at the window's first instant.
+    """
 
     since: int
     value: int = 0
@@ -51,13 +58,21 @@ class HeldAmount:
 
     def settle(self, at: int, value: int) -> None:
         """``value`` holds from instant ``at`` on (after all of that instant's events)."""
-        self.integral += self.value * (at - self.since)
-        self.since, self.value = at, value
-        self.maximum = max(self.maximum, value)
+        if at > self.since:
+            self.integral += self.value * (at - self.since)
+            self.maximum = max(self.maximum, self.value)
+            self.since = at
+        self.value = value
+
+    @property
+    def peak(self) -> int:
+        """The largest amount at any instant of the window so far."""
+        return max(self.maximum, self.value)
 
     def close(self, end: int, size: int) -> tuple[float, float, float]:
-        """(mean, max, end value) in GPUs of the window ending at ``end``; then start the next."""
+        """(mean, max, end value) in GPUs of the window ending at ``end``; then start the next,
+        whose first instant holds the carried value until an event at ``end`` replaces it."""
         self.integral += self.value * (end - self.since)
-        result = (self.integral / size / MILLI, self.maximum / MILLI, self.value / MILLI)
-        self.since, self.integral, self.maximum = end, 0, self.value
+        result = (self.integral / size / MILLI, self.peak / MILLI, self.value / MILLI)
+        self.since, self.integral, self.maximum = end, 0, 0
         return result

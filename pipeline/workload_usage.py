@@ -175,7 +175,7 @@ class WorkloadUsage:
         for uid in sorted(cluster.usage):
             usage = cluster.usage[uid]
             series = usage.series
-            if series.value == 0 and series.maximum == 0 and usage.util_count == 0:
+            if series.peak == 0 and usage.util_count == 0:
                 del cluster.usage[uid]  # nothing held, nothing sampled: no row until it changes
                 continue
             rows.append(self._row(cluster, cluster.workloads[uid], usage, start, end))

@@ -1,8 +1,10 @@
 """cluster_gpu_allocation computed straight from the Alibaba CSV, independently of the pipeline.
 
 Each scheduled GPU pod holds ``amount`` GPUs over ``[scheduled_time, deletion_time)``; a
-window's mean is the sum of overlaps x amounts over its length, its max the largest held
-amount at its start or at any change inside it, its end the amount held at its end.
+window's mean is the sum of overlaps x amounts over its length, its max the largest amount
+held at its first instant or at any change inside it (an amount at an instant counts that
+instant's changes: a pod leaving at a window's start is not in that window), its end the
+amount held just before its end.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def expected_rows(pods_csv: Path, window_s: int) -> list[Expected]:
     for w in range(count):
         start, end = origin + w * window_s, origin + (w + 1) * window_s
         inside = instants[bisect.bisect_left(instants, start) : bisect.bisect_left(instants, end)]
-        maximum = max([held_at(start - 1e-9)] + [held_at(t) for t in inside])
+        maximum = max([held_at(start)] + [held_at(t) for t in inside])
         out.append(
             Expected(start, integral[w] / window_s, maximum, held_at(end - 1e-9), running[w], pending[w])
         )

@@ -1,4 +1,4 @@
-"""Pod events for state tests: the example PodEvent of a cluster, moved to a phase and time."""
+"""Pod events for state and window tests: the example PodEvent of a cluster, moved to a phase and time."""
 
 from __future__ import annotations
 
@@ -41,3 +41,14 @@ def pod(
             "owners": owners,
         }
     )
+
+
+def leaving_at_a_window_start(cluster: str) -> list[PodEvent]:
+    """Issue 14's example: p0 holds 2 GPUs from 0 and is deleted at exactly 3600; p1 holds 0.5
+    from 100. With hour windows from T0, the window [3600, 7200) holds at most 0.5 GPUs: at its
+    first instant p0 is gone already (the amount at an instant is after all of its events)."""
+    return [
+        pod(cluster, "p0", "Running", 0, [], gpu_amount=2.0),
+        pod(cluster, "p1", "Running", 100, [], gpu_amount=0.5),
+        pod(cluster, "p0", "Running", 3600, [], ChangeType.DELETED, gpu_amount=2.0),
+    ]

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from allocation_oracle import expected_rows
+from pod_events import leaving_at_a_window_start
 
 from pipeline.allocation import AllocationAggregator
 from pipeline.exceptions import LateEvent
@@ -21,24 +22,31 @@ EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 HOUR = 3600
 
 
-def aggregate(pods_csv: str, *, per_node: bool) -> list:
+def aggregate(pods_csv: str, window_s: int = HOUR, *, per_node: bool) -> list:
     events = alibaba_v2023.plan(
         alibaba_v2023.read_nodes(TRACE / "openb_node_list_gpu_node.csv"),
         alibaba_v2023.read_pods(TRACE / pods_csv),
         cluster="c",
         epoch=EPOCH,
     )
-    aggregator = AllocationAggregator(TumblingWindows(HOUR * 1000), per_node=per_node)
+    aggregator = AllocationAggregator(TumblingWindows(window_s * 1000), per_node=per_node)
     rows = []
     for _, event in events:  # the replay ends with a final watermark: every window closes
         rows += aggregator.process(event)
     return rows
 
 
-@pytest.mark.parametrize("pods_csv", ["openb_pod_list_default.csv", "openb_pod_list_gpushare100.csv"])
-def test_cluster_rows_equal_the_csv(pods_csv: str) -> None:
-    rows = [r for r in aggregate(pods_csv, per_node=False) if isinstance(r, ClusterGpuAllocation)]
-    expected = expected_rows(TRACE / pods_csv, HOUR)
+@pytest.mark.parametrize(
+    ("pods_csv", "window_s"),
+    [
+        ("openb_pod_list_default.csv", HOUR),
+        ("openb_pod_list_gpushare100.csv", HOUR),
+        ("openb_pod_list_default.csv", 600),  # 7 of its windows start as a pod leaves: max differs
+    ],
+)
+def test_cluster_rows_equal_the_csv(pods_csv: str, window_s: int) -> None:
+    rows = [r for r in aggregate(pods_csv, window_s, per_node=False) if isinstance(r, ClusterGpuAllocation)]
+    expected = expected_rows(TRACE / pods_csv, window_s)
     assert [to_ms(r.window_start) // 1000 - to_ms(EPOCH) // 1000 for r in rows] == [
         e.window_start for e in expected
     ]
@@ -89,3 +97,13 @@ def test_one_pod_leaving_as_another_arrives_never_counts_both() -> None:
     row = aggregator.finish(base.cluster)[0]
     assert row.gpus_allocated_max == 8.0
     assert row.gpus_allocated_avg == pytest.approx(8.0 * 50 / 60)
+
+
+def test_a_pod_leaving_at_a_window_start_is_not_in_that_window() -> None:
+    aggregator = AllocationAggregator(TumblingWindows(HOUR * 1000), per_node=False)
+    rows = []
+    for event in leaving_at_a_window_start("c"):
+        rows += aggregator.apply(event)
+    rows += aggregator.finish("c")
+    assert [(r.gpus_allocated_max, r.gpus_allocated_end) for r in rows] == [(2.5, 2.5), (0.5, 0.5)]
+    assert rows[0].gpus_allocated_avg == pytest.approx((2.0 * 3600 + 0.5 * 3500) / 3600)

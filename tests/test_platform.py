@@ -132,20 +132,35 @@ def test_a_killed_service_shows_as_stale_and_up_restarts_it(own_platform: Path) 
     assert again.count("already running") == 2
 
 
-def test_gpulens_up_starts_the_pipeline_and_down_stops_it(own_platform: Path) -> None:
-    result = run(own_platform, "up", "--no-replay")
-    assert "smoke: 7 record types through broker and registry and back" in result.stdout
-    assert "  supervisor  started" in result.stdout
-    for service in ("worker", "sink", "exporter"):
-        assert f"  {service:<11} running" in result.stdout
-    assert "ClickHouse SQL" in result.stdout
-    assert run(own_platform, "sql", "SELECT 1 + 1", "--format", "TSV").stdout == "2\n"
-    tables = run(own_platform, "sql", "SHOW TABLES FROM gpulens", "--format", "TSV").stdout.split()
-    assert {"cluster_gpu_allocation", "alerts", "workload_gpu_usage", "pod_events"} <= set(tables)
-    down = run(own_platform, "down").stdout
+def test_gpulens_up_private_starts_the_pipeline_and_down_with_its_config_stops_it(tmp_path: Path) -> None:
+    """`up --private DIR`: a platform of free ports under DIR, told by what it prints."""
+    directory = tmp_path / "mine"
+    config = directory / "gpulens.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
+    try:
+        result = subprocess.run(
+            [*GPULENS, "up", "--private", str(directory), "--no-replay"],
+            capture_output=True, text=True, check=True, env=env, timeout=240,
+        )  # fmt: skip
+        assert f"private platform: config {config}" in result.stdout
+        settings = load_settings(config)
+        assert settings.platform.state_dir == directory / "state"
+        assert f"Kafka            {settings.kafka.bootstrap_servers}" in result.stdout
+        assert f"schema registry  {settings.registry.url}" in result.stdout
+        assert f"ClickHouse SQL   {settings.clickhouse.url}" in result.stdout
+        assert f"stop with: gpulens --config {config} down" in result.stdout
+        assert "smoke: 7 record types through broker and registry and back" in result.stdout
+        assert "  supervisor  started" in result.stdout
+        for service in ("worker", "sink", "exporter"):
+            assert f"  {service:<11} running" in result.stdout
+        assert run(config, "sql", "SELECT 1 + 1", "--format", "TSV").stdout == "2\n"
+        tables = run(config, "sql", "SHOW TABLES FROM gpulens", "--format", "TSV").stdout.split()
+        assert {"cluster_gpu_allocation", "alerts", "workload_gpu_usage", "pod_events"} <= set(tables)
+    finally:
+        down = run(config, "down", check=False).stdout
     assert "supervisor  stopped" in down
     assert down.count("stopped") == 4, "the supervisor stops what it runs; nothing is left over"
-    after = run(own_platform, "status").stdout
+    after = run(config, "status").stdout
     assert after.count("stopped") == 4
     assert "running" not in after
 

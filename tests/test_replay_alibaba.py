@@ -136,6 +136,22 @@ def test_replay_publishes_the_trace_exactly(platform, codec, config_file, unique
     )
 
 
+def test_replays_into_two_clusters_do_not_merge(platform, codec, config_file, unique) -> None:
+    """``--cluster`` names the cluster of every record, over the configured one."""
+    configured, clusters = f"configured-{unique}", [f"first-{unique}", f"second-{unique}"]
+    for cluster in clusters:
+        subprocess.run(
+            [sys.executable, "-m", "gpulens", "--config", str(config_file), "replay", "alibaba-v2023",
+             "--part", "nodes", "--cluster", cluster],
+            check=True, capture_output=True, env={"GPULENS_CLUSTER": configured, "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+    for cluster in clusters:
+        nodes = [r for _, _, r in consume(platform, codec, cluster, 1213)]
+        assert len(nodes) == 1213
+        assert {n.cluster for n in nodes} == {cluster}
+        assert sum(n.gpus_allocatable for n in nodes) == 6212
+
+
 def test_final_phase_and_times_come_from_the_trace(platform) -> None:
     pods = alibaba_v2023.read_pods(TRACE / "openb_pod_list_default.csv")
     events = list(alibaba_v2023.plan(alibaba_v2023.read_nodes(NODES_CSV), pods, cluster="c", epoch=EPOCH))

@@ -16,6 +16,7 @@ import pytest
 from alert_oracle import idle_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pod_events import T0, at, leaving_at_a_window_start
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.config import GPULensSettings
@@ -26,9 +27,10 @@ from producers.replay import genai_duty
 from producers.replay.locating import traces_dir
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
-from schemas.models import Alert, ClusterGpuAllocation, DeadLetter
+from schemas.ids import event_id
+from schemas.models import Alert, ClusterGpuAllocation, DeadLetter, Watermark
 from schemas.sharding import Shard
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES, PODS, entity_key
+from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
@@ -148,6 +150,73 @@ def test_replay_through_the_worker_gives_the_csv_rows(
         reader.close()
     assert_rows_equal_the_csv(rows)
     assert rows[-1].gpus_allocated_end == 0.0
+
+
+def test_a_pod_deleted_at_a_window_start_is_not_in_that_windows_maximum(
+    platform, codec, config_file, unique, processes
+) -> None:
+    """Issue 14's example: the window [3600, 7200) holds at most 0.5 GPUs, not 2.5."""
+    cluster = f"edge-{unique}"
+    producer = Producer(platform.kafka.librdkafka())
+    for event in leaving_at_a_window_start(cluster):
+        producer.produce(PODS.name, key=entity_key(cluster, event.uid), value=codec.encode(PODS, event))
+    final = Watermark(
+        event_id=event_id(cluster, "smoke", "final"), cluster=cluster, event_time=at(3700), source="smoke",
+        final=True,
+    )  # fmt: skip
+    producer.produce(WATERMARKS.name, key=cluster.encode(), value=codec.encode(WATERMARKS, final))
+    assert producer.flush(30) == 0
+    reader = RowReader(platform, codec, cluster)
+    processes.append(start_worker(config_file, f"g-{unique}"))
+    try:
+        rows = reader.read_until(2, 120)
+        rows = reader.read_until(3, 3)  # a third row would be a window the watermark did not close
+    finally:
+        reader.close()
+    assert [(r.window_start, r.gpus_allocated_max, r.gpus_allocated_end) for r in rows] == [
+        (T0, 2.5, 2.5),
+        (at(3600), 0.5, 0.5),
+    ]
+
+
+def dead_letters_of(platform, codec: AvroCodec, group: str) -> list[DeadLetter]:
+    """Every committed dead letter the consumer group ``group`` wrote so far (the DLQ read to its end)."""
+    consumer = Consumer(
+        platform.kafka.librdkafka(**{"group.id": f"dlq-{group}", "isolation.level": "read_committed"})
+    )
+    partitions = [TopicPartition(DLQ.name, p) for p in range(DLQ.partitions)]
+    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions}
+    consumer.assign([TopicPartition(DLQ.name, p, 0) for p, end in ends.items() if end > 0])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + 60
+    try:
+        while any(tp.offset < ends[tp.partition] for tp in consumer.position(consumer.assignment())):
+            assert time.monotonic() < deadline, "the DLQ is read to its end within 60 s"
+            decoded = (
+                codec.decode(DLQ, m.value()) for m in consumer.consume(10_000, 0.5) if m.error() is None
+            )
+            letters += [letter for letter in decoded if letter.consumer == group]
+    finally:
+        consumer.close()
+    return letters
+
+
+def test_a_replay_after_the_smoke_check_is_not_late(platform, codec, config_file, unique, processes) -> None:
+    """Smoke records are stamped now: in the configured cluster they made a later replay of a
+    past trace into it late, record by record (issue 14). They have a cluster of their own."""
+    cluster, group = f"real-{unique}", f"g-{unique}"
+    env = {**os.environ, "GPULENS_CLUSTER": cluster}
+    subprocess.run(gpulens(config_file, "smoke"), check=True, capture_output=True, env=env)
+    reader = RowReader(platform, codec, cluster)
+    processes.append(start_worker(config_file, group))
+    replaying = gpulens(config_file, "replay", "alibaba-v2023", "--part", "nodes")
+    processes.append(spawn(replaying, config_file.parent / f"replay-{cluster}.log", env=env))
+    try:
+        rows = reader.read_until(1, 120)
+    finally:
+        reader.close()
+    assert [(d.reason, d.source_topic) for d in dead_letters_of(platform, codec, group)] == []
+    assert [(r.window_start, r.gpu_capacity) for r in rows[:1]] == [(EPOCH, 6212.0)]
 
 
 def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(

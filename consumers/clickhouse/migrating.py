@@ -4,8 +4,9 @@ Migrations are the numbered files ``migrations/NNNN_name.sql``: statements separ
 ``;`` at the end of a line, each idempotent on its own (``CREATE ... IF NOT EXISTS``), so a
 run interrupted half-way is finished by the next one. A migration is recorded once all its
 statements ran; one whose file changed after it was applied is an error (add a new one).
-``$name`` placeholders take values from the settings (today only ``$samples_ttl``); the
-gpu_samples TTL is re-applied whenever the setting no longer matches the table.
+``$name`` placeholders take values from the settings: ``$samples_ttl`` (0003, the TTL gpu_samples
+was created with, by event time) and ``$samples_ingest_ttl`` (0010, by insertion time, what it
+is since); the gpu_samples TTL is re-applied whenever the setting no longer matches the table.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from consumers.clickhouse.settings import ClickHouseSettings
 __all__ = ["MIGRATIONS_DIR", "Migration", "load_migrations", "migrate"]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-SAMPLES_TTL = "toDateTime(event_time) + INTERVAL {days} DAY"
-"""TTL of gpu_samples; the table's engine shows it as ``toIntervalDay(N)``."""
+SAMPLES_TTL = "inserted_at + INTERVAL {days} DAY"
+"""TTL of gpu_samples, from when a row was inserted (a replay of old samples stays); the table's
+engine shows it as ``toIntervalDay(N)``."""
+_CREATED_SAMPLES_TTL = "toDateTime(event_time) + INTERVAL {days} DAY"
+"""The TTL 0003 created gpu_samples with, before the table had ``inserted_at`` (0010)."""
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 _STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
@@ -90,7 +94,10 @@ def migrate(settings: ClickHouseSettings, *, samples_ttl_days: int) -> list[str]
     _run(client, _SCHEMA_MIGRATIONS, "schema_migrations")
     recorded_rows = _rows(client, "SELECT version, checksum FROM schema_migrations FINAL")
     applied = {row[0]: row[1] for row in recorded_rows}
-    values = {"samples_ttl": SAMPLES_TTL.format(days=samples_ttl_days)}
+    values = {
+        "samples_ttl": _CREATED_SAMPLES_TTL.format(days=samples_ttl_days),
+        "samples_ingest_ttl": SAMPLES_TTL.format(days=samples_ttl_days),
+    }
     done: list[str] = []
     for migration in load_migrations():
         recorded = applied.get(migration.version)

@@ -63,7 +63,9 @@ class SinkSettings(BaseModel):
         ),
     )
     samples_ttl_days: int = Field(
-        default=30, ge=1, description="Days gpu_samples rows are kept (the table's TTL, applied by migrate)."
+        default=30,
+        ge=1,
+        description="Days gpu_samples rows are kept after insertion (the table's TTL, applied by migrate).",
     )
     group_id: str = Field(default="gpulens-clickhouse-sink", min_length=1, description="Consumer group.")
     duplicate_horizon: int = Field(
