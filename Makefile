@@ -19,9 +19,10 @@ $(STAMP): requirements.lock pyproject.toml
 demo: install
 	$(BIN)/gpulens up
 
-# `gpulens up` on a private platform (free ports, temporary state), then down: what CI runs.
+# `gpulens up` on a private platform (free ports, temporary state), then down: beside a running one.
 smoke: install
-	$(BIN)/python -m gpulens.ci_smoke
+	d=$$(mktemp -d) && $(BIN)/gpulens up --private $$d; rc=$$?; \
+	$(BIN)/gpulens --config $$d/gpulens.toml down; rm -rf $$d; exit $$rc
 
 test: install
 	$(BIN)/ruff check .
