@@ -182,6 +182,9 @@ class IdlePartitions:
     :meth:`tick` once per poll.
     """
 
+    ANSWER_S = 1.0
+    """How long a resumed partition's answer is awaited before :meth:`batch` stops counting it."""
+
     def __init__(
         self,
         consumer: Consumer,
@@ -197,20 +200,21 @@ class IdlePartitions:
         """Partitions that reported their end since the last :meth:`tick`."""
         self._paused: set[tuple[str, int]] = set()
         self._resume_at = 0.0
-        self._answering: set[tuple[str, int]] = set()
-        """Partitions resumed together whose end-of-partition event (or record) is awaited."""
+        self._answering: dict[tuple[str, int], float] = {}
+        """Partitions resumed together whose end-of-partition event (or record) is awaited, and
+        until when: one paused by someone else meanwhile (the worker's alignment) never answers."""
 
     def at_end(self, topic: str, partition: int) -> None:
         """``partition`` has nothing more for now: stop fetching it for a while (at the next
         :meth:`tick`, with every other partition that ended in the same poll: one call)."""
         where = (topic, partition)
-        self._answering.discard(where)
+        self._answering.pop(where, None)
         self._ended.add(where)
 
     def received(self, topic: str, partition: int) -> None:
         """``partition`` delivered a record: something is coming, fetch again soon."""
         where = (topic, partition)
-        self._answering.discard(where)
+        self._answering.pop(where, None)
         self._ended.discard(where)
         self._delay_s = self._backoff_s
 
@@ -227,7 +231,7 @@ class IdlePartitions:
         if not self._paused or now < self._resume_at:
             return
         due, self._paused = sorted(self._paused), set()
-        self._answering.update(due)
+        self._answering.update(dict.fromkeys(due, now + self.ANSWER_S))
         self._call(self._consumer.resume, due)
         self._wake(due[0])
         self._delay_s = min(self._delay_s * 2, self._max_backoff_s)
@@ -247,6 +251,9 @@ class IdlePartitions:
 
     def batch(self, wanted: int) -> int:
         """How many messages the next ``consume`` should ask for (``wanted`` at most)."""
+        if self._answering:
+            now = self._clock()
+            self._answering = {p: by for p, by in self._answering.items() if by > now}
         return min(wanted, len(self._answering)) if self._answering else wanted
 
     @property

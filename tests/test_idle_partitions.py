@@ -130,3 +130,23 @@ def test_partitions_resumed_together_wait_for_their_ends_not_the_poll_timeout(co
     assert idle.batch(100) == 100
     idle.tick()
     assert idle.paused == PARTITIONS
+
+
+def test_a_resumed_partition_that_never_answers_stops_limiting_the_batch(consumer: Consumer) -> None:
+    """A partition paused by someone else right after the resume (the worker's alignment)
+    sends no end event: after ``ANSWER_S`` consume asks for full batches again."""
+    clock = FakeClock()
+    idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
+    wait_until_all_paused(consumer, idle)
+    clock.now += 1.0
+    idle.tick()
+    silent = consumer.assignment()[0]
+    consumer.pause([silent])
+    deadline = time.monotonic() + 20
+    while idle.batch(100) > 1 and time.monotonic() < deadline:
+        for message in consumer.consume(idle.batch(100), 0.5):
+            if message.error() is not None:
+                idle.at_end(message.topic() or "", message.partition() or 0)
+    assert idle.batch(100) == 1, "every other partition answered"
+    clock.now += IdlePartitions.ANSWER_S
+    assert idle.batch(100) == 100
