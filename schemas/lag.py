@@ -12,8 +12,11 @@ consumer from the committed offset: when it delivers no record before the end (o
 records of aborted transactions), the lag is 0; otherwise it counts from the first record it
 delivers. The answer is kept per (committed, end) pair, so an idle group costs two broker
 requests per measurement (committed offsets, end offsets; batched over its partitions) and no
-reading. Gaps longer than ``probe_limit`` offsets are not read: that many offsets are a backlog
-(a cycle of the worker commits at most 20,000 records), counted as they are.
+reading. Gaps longer than ``probe_limit`` offsets are not read, but counted as they are: a
+caught-up group stops a marker or a few before the end, and a longer gap is a backlog (read
+every measurement while it moves, it would cost the broker a fetch of it each time). An aborted
+transaction longer than that (a worker killed mid-cycle) counts until the restarted worker
+publishes that cycle again after it and the group reads past it.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class LagError(GPULensError):
 class RecordLag:
     """Measures consumer groups' lag in records over a connection of its own (admin + reader)."""
 
-    def __init__(self, kafka: KafkaSettings, *, probe_limit: int = 50_000, timeout_s: float = 10.0) -> None:
+    def __init__(self, kafka: KafkaSettings, *, probe_limit: int = 1_000, timeout_s: float = 10.0) -> None:
         self._admin = AdminClient(kafka.librdkafka())
         self._reader = Consumer(
             kafka.librdkafka(
