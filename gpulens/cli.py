@@ -292,11 +292,10 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
     from consumers.clickhouse.migrating import migrate
     from gpulens.main_job import (
         kubernetes_reachable,
-        last_window_done,
         print_report,
         replay_traces,
         start_pipeline,
-        wait_for,
+        wait_until_drained,
     )
     from gpulens.smoke import run_smoke
     from schemas.topic_admin import create_topics
@@ -323,13 +322,9 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
         click.echo(
             "data: replaying the public traces (no Kubernetes cluster is watched; see `gpulens watch`)"
         )
-        published, last = replay_traces(settings)
-        click.echo(f"  {published:,} events published; waiting for the last window in ClickHouse ...")
-        wait_for(
-            lambda: last_window_done(settings, f"{settings.cluster}-alibaba", last),
-            timeout=600,
-            what="the pipeline to write the replay's last window (see the logs in the state dir)",
-        )
+        published = replay_traces(settings)
+        click.echo(f"  {published:,} events published; waiting for the pipeline to process them ...")
+        wait_until_drained(settings, click.echo)
         print_report(settings, click.echo)
     click.echo(
         "\nready:\n"
@@ -368,13 +363,25 @@ def down(context: Context) -> None:
     _platform_down(context)
 
 
+NOT_DRAINED, LAG_UNKNOWN = 3, 4
+"""Exit codes of `gpulens status` (0: drained), for scripts that wait for the pipeline."""
+
+
 @cli.command("status")
 @pass_context
 def status(context: Context) -> None:
-    """What runs, where: the platform, the pipeline's processes, and their restarts."""
+    """What runs, where: the platform, the pipeline's processes, their restarts, and each
+    consumer group's lag in records (transaction markers excluded).
+
+    \b
+    Exit status: 0 when every consumer group of the pipeline has drained (consumed every
+    record), 3 when one has not (or has not started), 4 when the broker did not answer.
+    """
+    from gpulens.draining import measure
     from gpulens.main_job import PIPELINE, SUPERVISOR
     from infra.launching import State
     from infra.supervising import read_restarts
+    from schemas.lag import LagError, RecordLag
 
     services = manager(context.settings)
     click.get_current_context().invoke(infra_status)
@@ -387,6 +394,23 @@ def status(context: Context) -> None:
     for restart in read_restarts(services):
         when = datetime.fromtimestamp(restart.at).isoformat(timespec="seconds")
         click.echo(f"  restarted {restart.name} at {when} ({restart.exit_status}; restart {restart.count})")
+    click.echo("consumer groups (lag in records):")
+    lag = RecordLag(context.settings.kafka, timeout_s=5)
+    try:
+        groups = measure(context.settings, lag)
+    except LagError as err:
+        click.echo(f"  lag unknown: {err}")
+        sys.exit(LAG_UNKNOWN)
+    finally:
+        lag.close()
+    for group in groups:
+        behind = ", ".join(f"{t} {n:,}" for t, n in sorted(group.topics.items()) if n)
+        state = "drained" if group.drained else f"behind: {behind}" if behind else "not started"
+        click.echo(f"  {group.group:<26} {group.records:>10,}  {state}")
+    drained = all(g.drained for g in groups)
+    click.echo(f"pipeline: {'drained' if drained else 'not drained'}")
+    if not drained:
+        sys.exit(NOT_DRAINED)
 
 
 @cli.command("supervise")

@@ -13,11 +13,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpulens.config import GPULensSettings
 from infra.launching import ServiceManager, ServiceSpec, State
+
+if TYPE_CHECKING:
+    from gpulens.draining import GroupLag
 
 WORKER, SINK, EXPORTER, WATCHER, SUPERVISOR = "worker", "sink", "exporter", "watcher", "supervisor"
 PIPELINE = (WORKER, SINK, EXPORTER, WATCHER)
@@ -100,11 +104,9 @@ def stop_pipeline(services: ServiceManager, echo: Callable[[str], None]) -> None
             echo(f"  {name:<11} stopped")
 
 
-def replay_traces(settings: GPULensSettings) -> tuple[int, datetime]:
-    """Publish both public traces (Alibaba v2023 pods, GenAI duty cycles) with progress bars.
-
-    Returns the events published and the time of the Alibaba replay's last event.
-    """
+def replay_traces(settings: GPULensSettings) -> int:
+    """Publish both public traces (Alibaba v2023 pods, GenAI duty cycles) with progress bars;
+    the events published."""
     from producers.publishing import EventPublisher
     from producers.replay import alibaba_v2023, genai_duty
     from producers.replay.locating import traces_dir
@@ -126,14 +128,11 @@ def replay_traces(settings: GPULensSettings) -> tuple[int, datetime]:
         ),
     }
     total = 0
-    last = datetime.min.replace(tzinfo=UTC)
     for name, make in plans.items():
         events = list(make())
-        if name == "alibaba-v2023":
-            last = events[-1][1].event_time
         with click.progressbar(length=len(events), label=f"  replay {name:<14}", file=sys.stderr) as bar:
             total += replay(events, EventPublisher(settings.kafka, codec), progress=bar.update)
-    return total, last
+    return total
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -145,17 +144,38 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
         time.sleep(1.0)
 
 
-def last_window_done(settings: GPULensSettings, cluster: str, until: datetime) -> bool:
-    """ClickHouse holds the cluster's allocation window that ends the replay."""
-    from consumers.clickhouse.client import get_client
+DRAIN_TIMEOUT_S = 600
+"""How long `gpulens up` waits for the pipeline to process the replay before giving up."""
 
-    client = get_client(settings.clickhouse, database=settings.clickhouse.database)
-    result = client.query(
-        "SELECT max(window_end) FROM cluster_gpu_allocation WHERE cluster = {c:String}",
-        parameters={"c": cluster},
-    ).result_rows
-    newest = result[0][0] if result else None
-    return newest is not None and newest.replace(tzinfo=UTC) > until
+
+def wait_until_drained(
+    settings: GPULensSettings, echo: Callable[[str], None], *, every_s: float = 5.0
+) -> None:
+    """Wait until every consumer group of the pipeline has consumed every record (the report
+    computed earlier showed whatever had arrived: different numbers each run), with a progress
+    line every ``every_s`` seconds; a clear error after :data:`DRAIN_TIMEOUT_S`."""
+    from gpulens.draining import wait_drained
+
+    started = time.monotonic()
+    shown = [started]
+
+    def progress(groups: list[GroupLag]) -> None:
+        if time.monotonic() - shown[0] < every_s:
+            return
+        shown[0] = time.monotonic()
+        echo(f"  {time.monotonic() - started:4.0f} s, records left: {_left(groups)}")
+
+    drained = wait_drained(settings, timeout_s=DRAIN_TIMEOUT_S, progress=progress)
+    if drained is None:
+        raise click.ClickException(
+            f"the pipeline did not process the replay within {DRAIN_TIMEOUT_S} s, so no report: "
+            f"see `gpulens status` and the logs in {settings.platform.state_dir / 'logs'}"
+        )
+    echo(f"  drained in {time.monotonic() - started:.0f} s: every consumer group has consumed every record")
+
+
+def _left(groups: list[GroupLag]) -> str:
+    return ", ".join(f"{g.group} {g.records:,}" if g.topics else f"{g.group} not started" for g in groups)
 
 
 REPORT: tuple[tuple[str, str], ...] = (

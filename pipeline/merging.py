@@ -113,6 +113,8 @@ class EventTimeMerge(Generic[T]):
         """
         out: list[Stamped[T]] = []
         heap = self._heap
+        if not heap:
+            return out  # nothing to release: no partition need be asked whether it blocks
         if below_ms is not None:
             while heap and heap[0].event_ms < below_ms:
                 out.append(self._pop())

@@ -332,7 +332,7 @@ class StreamWorker:
         False when ``stop`` was set before the records released were all processed: the cycle
         in flight is then half done, and the caller must abort it (:meth:`run` does).
         """
-        for message in self._consumer.consume(self._alignment.fetch_size, timeout):
+        for message in self._consumer.consume(self._idle.batch(self._alignment.fetch_size), timeout):
             self._take(message)
         self._idle.tick()
         ends = self._end_offsets() if self._clocks.wants_barrier else None
@@ -409,6 +409,7 @@ class StreamWorker:
             return
         offset = message.offset() or 0
         self._fetched[(topic, partition)] = offset + 1
+        self._idle.received(topic, partition)
         record: Input
         key = message.key()
         try:

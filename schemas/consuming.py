@@ -34,6 +34,7 @@ from prometheus_client import Counter, Gauge
 from schemas.codec import AvroCodec
 from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, GPULensError
+from schemas.lag import LagError, RecordLag, per_topic
 from schemas.models import Record
 from schemas.retrying import is_transient, retry_transient, transient_failure
 from schemas.settings import KafkaSettings
@@ -111,7 +112,8 @@ class ConsumeError(GPULensError):
 
 
 class LagMonitor:
-    """Publishes how far a consumer group's committed offsets are behind the partitions' ends.
+    """Publishes how many records a consumer group's committed offsets are behind the
+    partitions' ends (transaction markers excluded: :mod:`schemas.lag`).
 
     Measured every ``interval_s`` over a connection of its own, in a background thread, so
     the figure keeps moving while the consumer is blocked (a sink waiting for ClickHouse):
@@ -125,18 +127,15 @@ class LagMonitor:
         partitions: Sequence[TopicPartition],
         interval_s: float = 5.0,
     ) -> None:
-        self._consumer = Consumer(kafka.librdkafka(**{"group.id": group_id, "enable.auto.commit": False}))
+        self._lag = RecordLag(kafka)
         self._group_id, self._interval_s = group_id, interval_s
-        self._partitions = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self._partitions = [(tp.topic, tp.partition) for tp in partitions]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lag-{group_id}", daemon=True)
 
     def measure(self) -> dict[str, int]:
         """Records not committed yet, per topic; also sets ``gpulens_consumer_lag_records``."""
-        lag: dict[str, int] = {}
-        for tp in self._consumer.committed(self._partitions, timeout=10):
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            lag[tp.topic] = lag.get(tp.topic, 0) + max(high - (tp.offset if tp.offset >= 0 else low), 0)
+        lag = per_topic(self._lag.measure(self._group_id, self._partitions))
         for topic, records in lag.items():
             CONSUMER_LAG.labels(self._group_id, topic).set(records)
         return lag
@@ -146,53 +145,116 @@ class LagMonitor:
         return self
 
     def stop(self) -> None:
+        """Stop measuring (started or not) and close the connection."""
         self._stop.set()
-        self._thread.join(30)
-        self._consumer.close()
+        if self._thread.ident is not None:
+            self._thread.join(30)
+        self._lag.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.measure()
-            except KafkaException as err:  # the broker is away: the next measurement will tell
+            except LagError as err:  # the broker is away: the next measurement will tell
                 log.warning("lag of %s not measured: %s", self._group_id, err)
             self._stop.wait(self._interval_s)
 
 
 class IdlePartitions:
-    """Stops fetching partitions that are at their end, and fetches them again after ``backoff_s``.
+    """Stops fetching partitions that are at their end, and fetches them again together, less
+    often the longer nothing comes.
 
     noida-db answers a fetch at once even when it has nothing (it ignores fetch.wait.max.ms),
-    so librdkafka re-fetches in a tight loop: an idle consumer of 53 partitions used 25-50 % of
-    a core (measured), about 2 % with this. A resumed partition delivers what arrived
-    meanwhile and reports its end again (librdkafka repeats the end-of-partition event after a
-    resume), which pauses it again; a record reaching a quiet partition waits at most
-    ``backoff_s`` plus one fetch. Needs ``enable.partition.eof``: call :meth:`at_end` on each
-    end-of-partition event and :meth:`tick` once per poll.
+    so librdkafka re-fetches in a tight loop: an idle pipeline of three consumers and the
+    broker used 38-63 % of a core (measured) while each partition was paused on its own and
+    resumed 0.25 s later. Partitions at their end are paused together once per poll; the
+    paused partitions are resumed together after a delay (one fetch for all of them) that
+    doubles from ``backoff_s`` to ``max_backoff_s`` while no record comes, and falls back to
+    ``backoff_s`` as soon as one does. A resumed partition delivers what arrived meanwhile and
+    reports its end again (librdkafka repeats the end-of-partition event after a resume), which
+    pauses it again; a record reaching a quiet partition waits at most ``max_backoff_s`` plus
+    one fetch. Until every resumed partition has answered, :meth:`batch` asks ``consume`` for
+    no more messages than there are partitions to hear from, so it returns on their
+    end-of-partition events instead of waiting out its timeout while librdkafka spins.
+
+    Needs ``enable.partition.eof``: call :meth:`at_end` on each end-of-partition event and
+    :meth:`received` on each record, consume :meth:`batch` messages at a time and call
+    :meth:`tick` once per poll.
     """
 
+    ANSWER_S = 1.0
+    """How long a resumed partition's answer is awaited before :meth:`batch` stops counting it."""
+
     def __init__(
-        self, consumer: Consumer, *, backoff_s: float = 0.25, clock: Callable[[], float] = time.monotonic
+        self,
+        consumer: Consumer,
+        *,
+        backoff_s: float = 0.1,
+        max_backoff_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
-        self._backoff_s, self._clock = backoff_s, clock
-        self._paused: dict[tuple[str, int], float] = {}
+        self._backoff_s, self._max_backoff_s, self._clock = backoff_s, max_backoff_s, clock
+        self._delay_s = backoff_s
+        self._ended: set[tuple[str, int]] = set()
+        """Partitions that reported their end since the last :meth:`tick`."""
+        self._paused: set[tuple[str, int]] = set()
+        self._resume_at = 0.0
+        self._answering: dict[tuple[str, int], float] = {}
+        """Partitions resumed together whose end-of-partition event (or record) is awaited, and
+        until when: one paused by someone else meanwhile (the worker's alignment) never answers."""
 
     def at_end(self, topic: str, partition: int) -> None:
-        """``partition`` has nothing more for now: stop fetching it for a while."""
-        self._paused[(topic, partition)] = self._clock()
-        self._call(self._consumer.pause, [(topic, partition)])
+        """``partition`` has nothing more for now: stop fetching it for a while (at the next
+        :meth:`tick`, with every other partition that ended in the same poll: one call)."""
+        where = (topic, partition)
+        self._answering.pop(where, None)
+        self._ended.add(where)
+
+    def received(self, topic: str, partition: int) -> None:
+        """``partition`` delivered a record: something is coming, fetch again soon."""
+        where = (topic, partition)
+        self._answering.pop(where, None)
+        self._ended.discard(where)
+        self._delay_s = self._backoff_s
 
     def tick(self) -> None:
-        """Fetch again the partitions paused for ``backoff_s``."""
-        if not self._paused:
-            return
+        """Once per poll: pause the partitions that ended; fetch the paused ones again when
+        their delay is over (the next delay is twice as long, unless a record comes)."""
         now = self._clock()
-        due = [p for p, since in self._paused.items() if now - since >= self._backoff_s]
-        for partition in due:
-            del self._paused[partition]
-        if due:
-            self._call(self._consumer.resume, due)
+        ended, self._ended = self._ended - self._paused, set()
+        if ended:
+            if not self._paused:
+                self._resume_at = now + self._delay_s
+            self._paused |= ended
+            self._call(self._consumer.pause, sorted(ended))
+        if not self._paused or now < self._resume_at:
+            return
+        due, self._paused = sorted(self._paused), set()
+        self._answering.update(dict.fromkeys(due, now + self.ANSWER_S))
+        self._call(self._consumer.resume, due)
+        self._wake(due[0])
+        self._delay_s = min(self._delay_s * 2, self._max_backoff_s)
+
+    def _wake(self, partition: tuple[str, int]) -> None:
+        """Have librdkafka fetch the resumed partitions now, not at its next idle tick.
+
+        A resume does not wake the thread that fetches from the partition's leader: it fetched
+        0-0.9 s later (measured), the latency this class must keep small. Any request to that
+        broker wakes it; asking one partition's end offset is the cheapest (one round trip;
+        partitions led by other brokers wait for those brokers' threads, under a second).
+        """
+        try:
+            self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=1, cached=False)
+        except KafkaException as err:  # the broker is away: the fetch will tell
+            log.debug("waking the fetcher of %s/%d: %s", *partition, err)
+
+    def batch(self, wanted: int) -> int:
+        """How many messages the next ``consume`` should ask for (``wanted`` at most)."""
+        if self._answering:
+            now = self._clock()
+            self._answering = {p: by for p, by in self._answering.items() if by > now}
+        return min(wanted, len(self._answering)) if self._answering else wanted
 
     @property
     def paused(self) -> int:
@@ -264,7 +326,7 @@ class DecodingConsumer:
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Decoded]:
         """Up to ``max_records`` decoded records; bad ones are dead-lettered and skipped."""
         decoded: list[Decoded] = []
-        for message in self._consumer.consume(max_records, timeout):
+        for message in self._consumer.consume(self._idle.batch(max_records), timeout):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
@@ -297,6 +359,7 @@ class DecodingConsumer:
                 )
             where = (message.topic() or "", message.partition() or 0)
             self._positions[where] = (message.offset() or 0) + 1
+            self._idle.received(*where)
         self._idle.tick()
         return decoded
 

@@ -45,11 +45,12 @@ def poll(consumer: Consumer, idle: IdlePartitions, seconds: float) -> list[bytes
     values: list[bytes] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for message in consumer.consume(100, 0.05):
+        for message in consumer.consume(idle.batch(100), 0.05):
             error = message.error()
             if error is not None and error.code() == KafkaError._PARTITION_EOF:
                 idle.at_end(message.topic() or "", message.partition() or 0)
             elif error is None:
+                idle.received(message.topic() or "", message.partition() or 0)
                 values.append(message.value() or b"")
         idle.tick()
     return values
@@ -58,46 +59,94 @@ def poll(consumer: Consumer, idle: IdlePartitions, seconds: float) -> list[bytes
 def wait_until_all_paused(consumer: Consumer, idle: IdlePartitions) -> None:
     deadline = time.monotonic() + 20
     while idle.paused < PARTITIONS and time.monotonic() < deadline:
-        poll(consumer, idle, 0.1)
+        poll(consumer, idle, 0.01)
     assert idle.paused == PARTITIONS, "every partition reached its end and should be paused"
 
 
 def test_partitions_at_their_end_are_paused(consumer: Consumer) -> None:
-    idle = IdlePartitions(consumer, backoff_s=60)
+    idle = IdlePartitions(consumer, backoff_s=60, max_backoff_s=60)
     wait_until_all_paused(consumer, idle)
 
 
-def test_a_record_reaching_a_paused_partition_is_delivered(
-    platform: GPULensSettings, consumer: Consumer, topic: str
+@pytest.mark.parametrize("quiet_s", [0.0, 3.0])
+def test_a_record_reaching_a_paused_partition_is_delivered_within_the_longest_delay(
+    platform: GPULensSettings, consumer: Consumer, topic: str, quiet_s: float
 ) -> None:
-    idle = IdlePartitions(consumer, backoff_s=0.25)
+    """Right after the partitions ran empty, and after a quiet spell long enough for the delay
+    to have grown to its longest: the record waits no longer than that delay and a fetch."""
+    idle = IdlePartitions(consumer, backoff_s=0.1, max_backoff_s=0.5)
     wait_until_all_paused(consumer, idle)
+    poll(consumer, idle, quiet_s)
     producer = Producer(platform.kafka.librdkafka())
     producer.produce(topic, b"late news", partition=2)
     assert producer.flush(10) == 0
+    sent = time.monotonic()
     received: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while not received and time.monotonic() < deadline:
-        received += poll(consumer, idle, 0.1)
+    while not received and time.monotonic() < sent + 20:
+        received += poll(consumer, idle, 0.01)
+    waited = time.monotonic() - sent
     assert received == [b"late news"]
+    assert waited < 0.5 + 0.25, f"the record waited {waited:.2f} s"
 
 
-def test_a_paused_partition_is_fetched_again_after_the_backoff(consumer: Consumer) -> None:
+def test_the_delay_doubles_while_nothing_comes_and_falls_back_on_a_record(
+    consumer: Consumer, topic: str
+) -> None:
+    clock = FakeClock()
+    idle = IdlePartitions(consumer, backoff_s=1.0, max_backoff_s=3.0, clock=clock)
+    wait_until_all_paused(consumer, idle)
+    for delay in (1.0, 2.0, 3.0, 3.0):
+        clock.now += delay - 0.01
+        idle.tick()
+        assert idle.paused == PARTITIONS, f"still within the delay of {delay} s"
+        clock.now += 0.01
+        idle.tick()
+        assert idle.paused == 0, f"fetched again after {delay} s"
+        wait_until_all_paused(consumer, idle)
+    clock.now += 3.0
+    idle.tick()
+    idle.received(topic, 0)  # a record, as the resumed partitions are fetched
+    wait_until_all_paused(consumer, idle)
+    clock.now += 1.0
+    idle.tick()
+    assert idle.paused == 0, "a record brings the delay back to its shortest"
+
+
+def test_partitions_resumed_together_wait_for_their_ends_not_the_poll_timeout(consumer: Consumer) -> None:
+    """After a resume, consume asks for no more messages than partitions to hear from: it
+    returns on their end-of-partition events (librdkafka re-fetches until they are paused)."""
     clock = FakeClock()
     idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
     wait_until_all_paused(consumer, idle)
-    clock.now += 0.9
+    assert idle.batch(100) == 100
+    clock.now += 1.0
     idle.tick()
-    assert idle.paused == PARTITIONS, "still within the backoff"
-    clock.now += 0.1
+    assert idle.batch(100) == PARTITIONS
+    started = time.monotonic()
+    ends = [m for m in consumer.consume(idle.batch(100), 10.0) if m.error() is not None]
+    assert len(ends) == PARTITIONS and time.monotonic() - started < 5.0
+    for message in ends:
+        idle.at_end(message.topic() or "", message.partition() or 0)
+    assert idle.batch(100) == 100
     idle.tick()
-    assert idle.paused == 0
+    assert idle.paused == PARTITIONS
 
 
-def test_a_resumed_partition_with_nothing_new_is_paused_again(consumer: Consumer) -> None:
-    idle = IdlePartitions(consumer, backoff_s=0.2)
+def test_a_resumed_partition_that_never_answers_stops_limiting_the_batch(consumer: Consumer) -> None:
+    """A partition paused by someone else right after the resume (the worker's alignment)
+    sends no end event: after ``ANSWER_S`` consume asks for full batches again."""
+    clock = FakeClock()
+    idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
     wait_until_all_paused(consumer, idle)
-    time.sleep(0.2)
+    clock.now += 1.0
     idle.tick()
-    assert idle.paused == 0
-    wait_until_all_paused(consumer, idle)
+    silent = consumer.assignment()[0]
+    consumer.pause([silent])
+    deadline = time.monotonic() + 20
+    while idle.batch(100) > 1 and time.monotonic() < deadline:
+        for message in consumer.consume(idle.batch(100), 0.5):
+            if message.error() is not None:
+                idle.at_end(message.topic() or "", message.partition() or 0)
+    assert idle.batch(100) == 1, "every other partition answered"
+    clock.now += IdlePartitions.ANSWER_S
+    assert idle.batch(100) == 100

@@ -1,0 +1,205 @@
+"""Knowing when work is done: lag in records (transaction markers excluded) and `gpulens status`.
+
+A topic written in transactions holds a marker after each transaction's records: an offset no
+consumer receives. A group that consumed everything commits the offset after its last record,
+before the marker; its lag must read 0 all the same, and `gpulens status` must say drained.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gpulens.cli import LAG_UNKNOWN, NOT_DRAINED
+from gpulens.config import GPULensSettings
+from gpulens.draining import pipeline_groups
+from schemas.consuming import LagMonitor
+from schemas.lag import RecordLag
+from schemas.topics import CLUSTER_ALLOCATION, WORKLOAD_USAGE
+
+PARTITIONS = 2
+
+
+@pytest.fixture(scope="module")
+def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
+    """This module's own platform (the pipeline test runs the default groups on it)."""
+    return module_platform[0]
+
+
+@pytest.fixture(scope="module")
+def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
+    return module_platform[1]
+
+
+def gpulens(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
+
+
+def offsets(kafka_config: dict[str, object], group: str, partitions: list[TopicPartition]) -> dict:
+    """(committed, end) per partition, read directly from the broker."""
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed(partitions, timeout=10)
+        return {
+            (tp.topic, tp.partition): (tp.offset, consumer.get_watermark_offsets(tp, timeout=10)[1])
+            for tp in committed
+        }
+    finally:
+        consumer.close()
+
+
+def records_after(kafka_config: dict[str, object], start: dict[tuple[str, int], int]) -> int:
+    """Records a read_committed consumer gets from ``start`` to the partitions' ends."""
+    consumer = Consumer(
+        {
+            **kafka_config,
+            "group.id": "test-drained-reader",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+    left, records = set(start), 0
+    deadline = time.monotonic() + 30
+    try:
+        while left and time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.5):
+                error = message.error()
+                if error is None:
+                    records += 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    left.discard((message.topic() or "", message.partition() or 0))
+        assert not left, f"not read to the end: {left}"
+        return records
+    finally:
+        consumer.close()
+
+
+def consume_all(kafka_config: dict[str, object], group: str, topic: str) -> int:
+    """Read ``topic`` to its end as ``group`` (read_committed) and commit after each last record."""
+    consumer = Consumer(
+        {
+            **kafka_config,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    left, read = set(range(PARTITIONS)), 0
+    deadline = time.monotonic() + 30
+    try:
+        while left and time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.5):
+                if message.error() is None:
+                    read += 1
+                    consumer.commit(message=message, asynchronous=False)
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    left.discard(message.partition() or 0)
+        assert not left
+        return read
+    finally:
+        consumer.close()
+
+
+def test_transaction_markers_are_not_lag(platform: GPULensSettings, unique: str) -> None:
+    kafka = platform.kafka.librdkafka()
+    topic, group = f"txn-{unique}", f"txn-reader-{unique}"
+    admin = AdminClient(kafka)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    producer = Producer({**kafka, "transactional.id": f"txn-{unique}"})
+    producer.init_transactions(30)
+    for transaction, commit in ((0, True), (1, True), (2, False), (3, True), (4, False)):
+        producer.begin_transaction()
+        for n in range(5):
+            producer.produce(topic, f"{transaction}-{n}".encode(), partition=n % PARTITIONS)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    lag = RecordLag(platform.kafka)
+    try:
+        before = lag.measure(group, partitions)
+        assert all(before.values()), f"nothing consumed yet, every partition has records: {before}"
+        assert consume_all(kafka, group, topic) == 15, "three committed transactions of five records"
+        raw = offsets(kafka, group, [TopicPartition(t, p) for t, p in partitions])
+        assert all(end > committed for committed, end in raw.values()), (
+            f"markers and aborted records follow the last record of each partition: {raw}"
+        )
+        assert lag.measure(group, partitions) == {where: 0 for where in partitions}
+        monitor = LagMonitor(platform.kafka, group, [TopicPartition(t, p) for t, p in partitions])
+        try:
+            assert monitor.measure() == {topic: 0}
+        finally:
+            monitor.stop()
+        producer.begin_transaction()
+        producer.produce(topic, b"one more", partition=1)
+        producer.commit_transaction(30)
+        assert lag.measure(group, partitions)[(topic, 1)] > 0, "a record after the markers is lag"
+    finally:
+        lag.close()
+
+
+def test_status_before_the_pipeline_ran_says_not_drained(config_file: Path) -> None:
+    status = subprocess.run(gpulens(config_file, "status"), capture_output=True, text=True, timeout=120)
+    assert status.returncode == NOT_DRAINED, status.stdout + status.stderr
+    assert "not started" in status.stdout and "pipeline: not drained" in status.stdout
+
+
+def test_status_without_a_broker_says_the_lag_is_unknown(tmp_path: Path) -> None:
+    config = tmp_path / "gpulens.toml"
+    config.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:9"\n[platform]\nstate_dir = "state"\n')
+    status = subprocess.run(
+        gpulens(config, "status"), capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert status.returncode == LAG_UNKNOWN, status.stdout + status.stderr
+    assert "lag unknown" in status.stdout
+
+
+def test_the_pipeline_drains_past_the_workers_markers_and_status_says_so(
+    platform: GPULensSettings, config_file: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """Replay a trace, run worker, sink and exporter: `gpulens status` exits 0 (drained) although
+    the worker's output topics end in markers the sink's committed offsets stop before."""
+    logs = config_file.parent
+    replay = subprocess.run(
+        gpulens(config_file, "replay", "genai-duty"), capture_output=True, text=True, timeout=300
+    )
+    assert replay.returncode == 0, replay.stderr
+    for name, *args in (
+        ("worker", "--window", "3600", "--no-nodes"),
+        ("sink",),
+        ("exporter",),
+    ):
+        with (logs / f"{name}.log").open("ab") as log:
+            spawned.append(
+                subprocess.Popen(gpulens(config_file, name, *args), stdout=subprocess.DEVNULL, stderr=log)
+            )
+    deadline = time.monotonic() + 300
+    while True:
+        status = subprocess.run(gpulens(config_file, "status"), capture_output=True, text=True, timeout=120)
+        if status.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    assert status.returncode == 0, status.stdout + status.stderr
+    lines = status.stdout.splitlines()
+    for group in pipeline_groups(platform):
+        assert any(line.split()[:1] == [group] and line.endswith(" drained") for line in lines), group
+    assert "pipeline: drained" in lines
+    kafka = platform.kafka.librdkafka()
+    outputs = [
+        TopicPartition(t.name, p) for t in (CLUSTER_ALLOCATION, WORKLOAD_USAGE) for p in range(t.partitions)
+    ]
+    raw = offsets(kafka, platform.sink.group_id, outputs)
+    assert any(end > committed >= 0 for committed, end in raw.values()), (
+        f"the worker's transactions left markers after the sink's committed offsets: {raw}"
+    )
+    assert (
+        records_after(kafka, {where: committed for where, (committed, _) in raw.items() if committed >= 0})
+        == 0
+    )
