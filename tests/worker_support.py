@@ -52,8 +52,8 @@ def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[byte
     return spawn(command, config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log")
 
 
-def replay(config: Path, cluster: str) -> subprocess.Popen[bytes]:
-    command = gpulens(config, "replay", "alibaba-v2023", "--pods", str(PODS_CSV))
+def replay(config: Path, cluster: str, *extra: str) -> subprocess.Popen[bytes]:
+    command = gpulens(config, "replay", "alibaba-v2023", "--pods", str(PODS_CSV), *extra)
     return spawn(
         command, config.parent / f"replay-{cluster}.log", env={**os.environ, "GPULENS_CLUSTER": cluster}
     )
