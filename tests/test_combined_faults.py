@@ -57,12 +57,13 @@ def _specs(settings: GPULensSettings, config) -> list[ServiceSpec]:
 
 
 def _kill(services: ServiceManager, name: str) -> None:
-    """SIGKILL ``name``'s process group and wait until it is gone."""
+    """SIGKILL ``name``'s process group and wait until that process is gone (the supervisor
+    may already run its successor)."""
     pid = services.status(name).pid
     assert pid is not None, f"{name} is not running"
     os.killpg(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while services.status(name).state is State.RUNNING:
+    while (now := services.status(name)).state is State.RUNNING and now.pid == pid:
         assert time.monotonic() < deadline, f"{name} outlived SIGKILL"
         time.sleep(0.05)
 
