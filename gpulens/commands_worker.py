@@ -196,7 +196,7 @@ def worker(
         StateOperator,
         WorkloadUsageOperator,
     )
-    from pipeline.running import StreamWorker, WorkerOptions
+    from pipeline.running import WorkerOptions, run_worker
     from pipeline.windows import TumblingWindows
     from schemas.codec import AvroCodec, registry_client
     from schemas.topic_admin import create_topics
@@ -207,19 +207,22 @@ def worker(
         raise click.BadParameter(
             f"choose from {', '.join(PROCESSORS)} (got {processors!r})", param_hint="--processors"
         )
-    operators: list[Operator] = []
-    if "allocation" in chosen:
-        operators.append(
-            AllocationOperator(TumblingWindows(window_s * 1000), per_node=per_node, overview=overview)
-        )
-    if "workloads" in chosen:
-        operators.append(WorkloadUsageOperator(TumblingWindows(window_s * 1000)))
-    if "alerts" in chosen:
-        operators.append(AlertOperator(AlertRules(idle_below, idle_for, pending_for)))
-    if "changelog" in chosen:
-        operators.append(DeviceChangelogOperator())
-    if "state" in chosen:
-        operators.append(StateOperator())
+
+    def operators() -> list[Operator]:
+        made: list[Operator] = []
+        if "allocation" in chosen:
+            made.append(
+                AllocationOperator(TumblingWindows(window_s * 1000), per_node=per_node, overview=overview)
+            )
+        if "workloads" in chosen:
+            made.append(WorkloadUsageOperator(TumblingWindows(window_s * 1000)))
+        if "alerts" in chosen:
+            made.append(AlertOperator(AlertRules(idle_below, idle_for, pending_for)))
+        if "changelog" in chosen:
+            made.append(DeviceChangelogOperator())
+        if "state" in chosen:
+            made.append(StateOperator())
+        return made
 
     settings = context.settings
     create_topics(settings.kafka)
@@ -253,7 +256,7 @@ def worker(
             max_ahead_ms=round(max_ahead_s * 1000), max_behind_ms=round(max_behind_s * 1000)
         ),
     )
-    StreamWorker(settings.kafka, codec, operators, options).run(stop)
+    run_worker(settings.kafka, codec, operators, options, stop)
     # Its cycle is committed or aborted and its consumer closed: what is left in memory needs no
     # cleanup, and freeing it object by object (a catch-up's buffered records) took 3-12 s.
     logging.shutdown()

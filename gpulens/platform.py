@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 from gpulens.config import GPULensSettings, load_settings
 from infra.broker import noida_argv, tansu_argv
 from infra.launching import ServiceManager, ServiceSpec, Status
+from infra.log_writing import LogRotation
 from schemas.exceptions import ConfigError, GPULensError
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 BROKER, REGISTRY, CLICKHOUSE = "kafka", "registry", "clickhouse"
 ORDER = (BROKER, REGISTRY, CLICKHOUSE)
 """Start order; stop runs it backwards (the registry needs the broker)."""
+LOG_ROTATION = LogRotation(max_bytes=50_000_000, backups=2)
+"""Bounds of the platform services' logs: those the supervisor keeps for the gpulens processes."""
 
 
 def _http_ok(url: str) -> bool:
@@ -61,7 +64,12 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             else tansu_argv(host, port)
         )
         specs[BROKER] = ServiceSpec(
-            BROKER, argv, host, port, hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port"
+            BROKER,
+            argv,
+            host,
+            port,
+            hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port",
+            log_rotation=LOG_ROTATION,
         )
     if platform.registry == "embedded":
         url = urlparse(settings.registry.url)
@@ -72,6 +80,7 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             url.port or 80,
             hint="set GPULENS_REGISTRY__URL to another address",
             ready=lambda: _http_ok(f"{settings.registry.url}/subjects"),
+            log_rotation=LOG_ROTATION,
         )
     if platform.clickhouse == "embedded":
         ch = settings.clickhouse
@@ -82,6 +91,7 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             ch.http_port,
             hint="set GPULENS_CLICKHOUSE__HTTP_PORT (and clickhouse.url) to another port",
             ready=lambda: _http_ok(f"http://{ch.http_host}:{ch.http_port}/ping"),
+            log_rotation=LOG_ROTATION,
         )
     return specs
 

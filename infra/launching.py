@@ -20,7 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import BinaryIO
 
+from infra.log_writing import LogRotation, shift_backups
 from schemas.exceptions import GPULensError
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,9 @@ class ServiceSpec:
     env: dict[str, str] = field(default_factory=dict)
     ready: Callable[[], bool] | None = None
     """Extra readiness check after the port accepts connections."""
+    log_rotation: LogRotation | None = None
+    """Bound its log: its output goes through a rotating writer (:mod:`infra.log_writing`).
+    None: it appends to its log file directly (a supervisor may rotate it by copying)."""
 
 
 class State(StrEnum):
@@ -70,6 +75,10 @@ _TICK = os.sysconf("SC_CLK_TCK")
 # Children this process started, by pid, whichever manager started them: kept so that a
 # stopped child is reaped here instead of lingering as a zombie.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# The log writers of those children, by the child's pid: reaped once the child is.
+_WRITERS: dict[int, subprocess.Popen[bytes]] = {}
+WRITER_DRAIN_S = 10.0
+"""How long a log writer may take to write what its exited service left in the pipe."""
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -133,10 +142,10 @@ class ServiceManager:
         try:
             self._run.mkdir(parents=True, exist_ok=True)
             self._logs.mkdir(parents=True, exist_ok=True)
-            out = self.log_path(spec.name).open("ab")
+            out, writer = self._output(spec)
         except OSError as err:
             raise LaunchError(f"{spec.name}: cannot write under {self.state_dir}: {err}") from err
-        with out:
+        with out:  # closed here: the service (and the writer) alone hold the log then
             process = subprocess.Popen(
                 list(spec.argv),
                 stdin=subprocess.DEVNULL,
@@ -146,6 +155,8 @@ class ServiceManager:
                 env={**os.environ, **spec.env},
             )
         _CHILDREN[process.pid] = process
+        if writer is not None:  # it ends when the service's end of the pipe closes
+            _WRITERS[process.pid] = writer
         record = {"pid": process.pid, "argv": list(spec.argv), "port": spec.port, "started": time.time()}
         try:
             self._pidfile(spec.name).write_text(json.dumps(record))
@@ -159,6 +170,7 @@ class ServiceManager:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 _CHILDREN.pop(process.pid, None)
+                _drain_writer(process.pid)
                 self._pidfile(spec.name).unlink(missing_ok=True)
                 raise LaunchError(
                     f"{spec.name} exited with code {process.returncode} while starting; "
@@ -172,6 +184,24 @@ class ServiceManager:
         raise LaunchError(
             f"{spec.name} did not become ready within {timeout:.0f}s; see {self.log_path(spec.name)}"
         )
+
+    def _output(self, spec: ServiceSpec) -> tuple[BinaryIO, subprocess.Popen[bytes] | None]:
+        """Where the service writes: its log file, or the pipe into its log writer."""
+        path = self.log_path(spec.name)
+        if spec.log_rotation is None:
+            return path.open("ab"), None
+        read, write = os.pipe()
+        # The writer's own errors go to the log too: a launcher's stdout or stderr held open by
+        # a writer that outlives it would keep whoever reads the launcher's output waiting.
+        with os.fdopen(read, "rb") as source, path.open("ab") as errors:
+            writer = subprocess.Popen(
+                spec.log_rotation.argv(path),
+                stdin=source,
+                stdout=errors,
+                stderr=errors,
+                start_new_session=True,  # signals meant for the service never end its writer
+            )
+        return os.fdopen(write, "wb"), writer
 
     @staticmethod
     def _ready(spec: ServiceSpec, started: float) -> bool:
@@ -224,6 +254,7 @@ class ServiceManager:
         child = _CHILDREN.pop(current.pid, None)
         if child is not None:
             child.wait()
+        _drain_writer(current.pid)
         pidfile.unlink(missing_ok=True)
         return True
 
@@ -235,6 +266,7 @@ class ServiceManager:
             return None
         child = _CHILDREN.pop(current.pid, None)
         code = None if child is None else child.wait()
+        _drain_writer(current.pid)
         self._pidfile(name).unlink(missing_ok=True)
         return code
 
@@ -249,10 +281,7 @@ class ServiceManager:
         try:
             if path.stat().st_size <= max_bytes:
                 return False
-            for n in range(backups - 1, 0, -1):
-                older = path.with_name(f"{path.name}.{n}")
-                if older.exists():
-                    older.replace(path.with_name(f"{path.name}.{n + 1}"))
+            shift_backups(path, backups)
             if backups > 0:
                 shutil.copyfile(path, path.with_name(f"{path.name}.1"))
             os.truncate(path, 0)
@@ -267,6 +296,17 @@ class ServiceManager:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _drain_writer(pid: int) -> None:
+    """Reap the log writer of the exited service ``pid`` once it wrote what was left."""
+    writer = _WRITERS.pop(pid, None)
+    if writer is None:
+        return
+    try:
+        writer.wait(WRITER_DRAIN_S)
+    except subprocess.TimeoutExpired:  # a grandchild still holds the pipe: it ends with it
+        log.warning("the log writer of pid %d still runs after %.0f s", pid, WRITER_DRAIN_S)
 
 
 @dataclass(frozen=True, slots=True)

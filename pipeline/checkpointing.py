@@ -11,21 +11,36 @@ state, outputs and offsets of the same cycle or of none.
 Changelog format (documented, language-neutral): key = the UTF-8 JSON array of the state key
 (``["pod", "cluster-a", "uid-1"]``), value = the UTF-8 JSON of what the part dumps for it, or
 null when the key is gone. Each part documents its keys beside its ``dump``.
+
+A broker away (stopped, restarting, slower than the call's timeout) fails the transactional
+calls with retriable errors; librdkafka documents that such a call is to be repeated, and the
+commit waits that way until the broker answers (a commit timed out at 30 s once ended the
+worker). Only where librdkafka says the transaction must be aborted (``txn_requires_abort``:
+e.g. its messages timed out) is it aborted and :class:`~pipeline.exceptions.CycleAborted`
+raised; fatal errors (a fenced producer) are raised as they are.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from pipeline.exceptions import CycleAborted
+from schemas.retrying import is_transient, retry_transient
 from schemas.settings import KafkaSettings
 from schemas.state_log import StateLog
 
 log = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 5.0
+"""Each transactional call's own timeout: a call timed out is repeated (it resumes where it
+was), so this bounds only how long a stop waits for the broker, not how long a commit may take."""
+
 
 StateKey = tuple[Any, ...]
 """A state key: strings and integers, the first naming what kind of entry it is."""
@@ -91,8 +106,13 @@ class Checkpoint:
     def begin(self) -> None:
         self._producer.begin_transaction()
 
-    def commit(self, offsets: list[TopicPartition]) -> None:
-        """Commit the cycle: its produced rows, every part's changes, and ``offsets``."""
+    def commit(self, offsets: list[TopicPartition], *, stop: threading.Event | None = None) -> None:
+        """Commit the cycle: its produced rows, every part's changes, and ``offsets``.
+
+        Waits while the broker is away; once ``stop`` is set, a transient failure is raised
+        instead (the transaction is left open: the broker aborts it, a restart fences it).
+        Raises :class:`CycleAborted` when the transaction had to be aborted.
+        """
         for name, part in self._parts.items():
             state_log = self._logs[name]
             self.written += state_log.append(self._producer, _entries(part, part.changed()))
@@ -102,12 +122,37 @@ class Checkpoint:
                     state_log.snapshot(self._producer, lambda p=part, k=live: _entries(p, k), len(live))
                     self.written += len(live)
         if offsets:
-            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-        self._producer.commit_transaction(30)
+            group = self._consumer.consumer_group_metadata()
+            self._transactional(
+                lambda: self._producer.send_offsets_to_transaction(offsets, group, CALL_TIMEOUT_S),
+                "transaction offsets",
+                stop,
+            )
+        self._transactional(
+            lambda: self._producer.commit_transaction(CALL_TIMEOUT_S), "transaction commit", stop
+        )
 
-    def abort(self) -> None:
+    def abort(self, *, stop: threading.Event | None = None) -> None:
         """Drop the cycle: its rows, state changes and offsets never become visible."""
-        self._producer.abort_transaction(30)
+        retry_transient(
+            lambda: self._producer.abort_transaction(CALL_TIMEOUT_S), operation="transaction abort", stop=stop
+        )
+
+    def _transactional(self, call: Callable[[], None], operation: str, stop: threading.Event | None) -> None:
+        try:
+            retry_transient(call, operation=operation, stop=stop, transient=_retriable)
+        except KafkaException as err:
+            error: KafkaError = err.args[0]
+            if error.fatal() or not error.txn_requires_abort():
+                raise
+            log.warning("%s failed, the transaction must be aborted: %s", operation, error)
+            self.abort(stop=stop)
+            raise CycleAborted(f"{operation}: {error.str()}; the cycle was aborted") from err
+
+
+def _retriable(err: KafkaException) -> bool:
+    """A transactional call to repeat as it is: transient, and the transaction still sound."""
+    return is_transient(err) and not err.args[0].txn_requires_abort()
 
 
 def _entries(part: Stateful, keys: Iterable[StateKey]) -> Iterator[tuple[bytes, bytes | None]]:

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from confluent_kafka import (
@@ -55,7 +55,7 @@ from prometheus_client import Counter, Gauge
 from pipeline.alignment import Alignment
 from pipeline.checkpointing import Checkpoint, Stateful
 from pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
-from pipeline.exceptions import LateEvent, PipelineError
+from pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator, Row
 from pipeline.positions import InputPositions
@@ -319,9 +319,13 @@ class StreamWorker:
         try:
             while not stop.is_set():
                 if not self.step(stop=stop):
-                    self._abort()
+                    self._abort(stop)
                     return
-            self._commit()
+            self._commit(stop=stop)
+        except KafkaException as err:
+            if not stop.is_set() or not is_transient(err):
+                raise
+            log.warning("stopping with the broker away (%s): a restart redoes the open cycle", err)
         finally:
             lag.stop()
             self._consumer.close()
@@ -355,7 +359,7 @@ class StreamWorker:
                     return False
                 self._finished = index + 1
                 if self._pending >= self._options.cycle_records:
-                    self._commit()
+                    self._commit(stop=stop)
             self._released = []
         buffered = sum(m.buffered for m in self._merges.values())
         WAITING.set(buffered)
@@ -366,7 +370,7 @@ class StreamWorker:
         if self._alignment.paused:
             self._clocks.hold_silence()
         if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
-            self._commit()
+            self._commit(stop=stop)
         return True
 
     def _report(self) -> None:
@@ -492,7 +496,7 @@ class StreamWorker:
                 if self._pending >= self._options.cycle_records or (
                     time.monotonic() - self._cycle_started >= self._options.cycle_s
                 ):
-                    self._commit()  # between two windows, this record still unprocessed
+                    self._commit(stop=stop)  # between two windows, this record still unprocessed
         late: LateEvent | None = None
         for operator in operators:
             try:
@@ -531,8 +535,9 @@ class StreamWorker:
             key, value = record_key(spec, row), self._codec.encode(spec, row)
         produce_with_backpressure(self._producer, spec.name, key=key, value=value)
 
-    def _commit(self, *, claim: bool = False) -> None:
-        """Commit the cycle; ``claim``: name this incarnation in every partition's offsets."""
+    def _commit(self, *, claim: bool = False, stop: threading.Event | None = None) -> None:
+        """Commit the cycle, waiting while the broker is away (until ``stop``); ``claim``: name
+        this incarnation in every partition's offsets."""
         restart = dict(self._fetched)
         for merge in self._merges.values():
             for partition, first in merge.first_offsets().items():
@@ -543,7 +548,7 @@ class StreamWorker:
         moved = self._positions.advance(restart)
         offsets = restart if claim else moved
         self._checkpoint.commit(
-            [TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in offsets.items()]
+            [TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in offsets.items()], stop=stop
         )
         self._checkpoint.begin()
         self._pending = 0
@@ -551,10 +556,29 @@ class StreamWorker:
         if time.monotonic() - self._reported[0] >= self._options.report_s:
             self._report()  # here, not per step: one step may last long (a catch-up, a gap)
 
-    def _abort(self) -> None:
+    def _abort(self, stop: threading.Event) -> None:
         """Stopped mid-cycle: drop the cycle in flight; a restart redoes it from the last commit."""
         log.info("stopped mid-cycle: aborting the transaction in flight (%d records and rows)", self._pending)
-        self._checkpoint.abort()
+        self._checkpoint.abort(stop=stop)
+
+
+def run_worker(
+    kafka: KafkaSettings,
+    codec: AvroCodec,
+    operators: Callable[[], list[Operator]],
+    options: WorkerOptions,
+    stop: threading.Event,
+) -> None:
+    """Run a worker until ``stop``. A cycle whose transaction the broker made abort
+    (:class:`~pipeline.exceptions.CycleAborted`) left the operators' memory ahead of the last
+    checkpoint: a fresh worker with fresh ``operators()`` restores that checkpoint and redoes
+    the cycle, in this process, instead of an exit and a supervisor's restart."""
+    while True:
+        try:
+            StreamWorker(kafka, codec, operators(), options).run(stop)
+            return
+        except CycleAborted as err:
+            log.warning("%s: starting again from the last checkpoint", err)
 
 
 def _restamp(record: Event, released_ms: int) -> Event:

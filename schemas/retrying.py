@@ -76,16 +76,18 @@ def retry_transient(
     operation: str,
     backoff: Sequence[float] = DEFAULT_BACKOFF_S,
     stop: threading.Event | None = None,
+    transient: Callable[[KafkaException], bool] = is_transient,
 ) -> T:
-    """``call()``, repeated after each transient :class:`KafkaException` with the ``backoff``
-    delays (the last repeats); other errors, and a transient one once ``stop`` is set, are raised."""
+    """``call()``, repeated after each :class:`KafkaException` that ``transient`` accepts, with
+    the ``backoff`` delays (the last repeats); other errors, and a transient one once ``stop`` is
+    set, are raised."""
     delays = chain(backoff, repeat(backoff[-1]))
     pause = stop or threading.Event()
     while True:
         try:
             return call()
         except KafkaException as err:
-            if not is_transient(err) or pause.is_set():
+            if not transient(err) or pause.is_set():
                 raise
             delay = next(delays)
             TRANSIENT_ERRORS.labels(operation).inc()

@@ -29,14 +29,19 @@ def start(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
         )
 
 
-def metric(port: int, name: str) -> float:
-    """Sum of the samples of ``name`` a process serves (0 when it is not up yet)."""
+def metric(port: int, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` (with ``labels``) a process serves (0 when it is not up yet)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
     except OSError:
         return 0.0
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
 
 
 def wait(

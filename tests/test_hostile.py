@@ -134,6 +134,21 @@ def test_oversize_values_are_dead_lettered_truncated_and_later_records_are_store
         worker,
         sink,
     )
+    stored = (
+        "SELECT value_length, value_sha256, value_truncated, length(value) FROM dead_letters FINAL"
+        " WHERE source_topic = {t:String}"
+    )  # one row per source record: the worker's letter and the sink's share their key
+    wait(
+        lambda: len(client.query(stored, parameters={"t": NODES.name}).result_rows) == len(junk),
+        60,
+        "the junk's dead letters in ClickHouse",
+        worker,
+        sink,
+    )
+    rows = client.query(stored, parameters={"t": NODES.name}).result_rows
+    assert sorted(rows) == sorted(
+        (len(value), hashlib.sha256(value).hexdigest(), True, MAX_ORIGINAL_BYTES) for value in junk
+    )
     assert worker.poll() is None and sink.poll() is None
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,23 +16,28 @@ from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pod_events import T0, at, leaving_at_a_window_start
 from prometheus_client.parser import text_string_to_metric_families
+from worker_support import (
+    EPOCH,
+    PODS_CSV,
+    RowReader,
+    assert_rows_equal_the_csv,
+    gpulens,
+    replay,
+    spawn,
+    start_worker,
+)
 
 from gpulens.config import GPULensSettings
 from gpulens.platform import free_port, private_platform
 from pipeline.operators import StateOperator
 from pipeline.running import StreamWorker, WorkerOptions
 from producers.replay import genai_duty
-from producers.replay.locating import traces_dir
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.ids import event_id
-from schemas.models import Alert, ClusterGpuAllocation, DeadLetter, Watermark
+from schemas.models import Alert, DeadLetter, Watermark
 from schemas.sharding import Shard
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
-
-TRACE = traces_dir() / "alibaba-gpu-v2023"
-EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
-PODS_CSV = TRACE / "openb_pod_list_default.csv"
+from schemas.topics import ALERTS, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
 
 
 @pytest.fixture(scope="module")
@@ -46,81 +49,6 @@ def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
 @pytest.fixture(scope="module")
 def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
     return module_platform[1]
-
-
-def gpulens(config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
-
-
-def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``command`` with its stderr in ``log`` (the child keeps its own copy of the file)."""
-    with log.open("ab") as stderr:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-
-
-def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[bytes]:
-    command = gpulens(
-        config,
-        "worker",
-        "--window",
-        "3600",
-        "--no-nodes",
-        "--processors",
-        "allocation",
-        "--group",
-        group,
-        "--idle-ms",
-        "3000",
-        *extra,
-    )
-    return spawn(command, config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log")
-
-
-def replay(config: Path, cluster: str) -> subprocess.Popen[bytes]:
-    command = gpulens(config, "replay", "alibaba-v2023", "--pods", str(PODS_CSV))
-    return spawn(
-        command, config.parent / f"replay-{cluster}.log", env={**os.environ, "GPULENS_CLUSTER": cluster}
-    )
-
-
-class RowReader:
-    """Reads committed cluster rows of one cluster as they arrive."""
-
-    def __init__(self, platform, codec: AvroCodec, cluster: str) -> None:
-        self._consumer = Consumer(
-            platform.kafka.librdkafka(**{"group.id": f"rows-{cluster}", "isolation.level": "read_committed"})
-        )
-        self._consumer.assign([TopicPartition(CLUSTER_ALLOCATION.name, 0, 0)])
-        self._codec, self._cluster = codec, cluster
-        self.rows: list[ClusterGpuAllocation] = []
-
-    def read_until(self, count: int, deadline_s: float) -> list[ClusterGpuAllocation]:
-        deadline = time.monotonic() + deadline_s
-        while len(self.rows) < count and time.monotonic() < deadline:
-            for message in self._consumer.consume(10_000, 0.5):
-                if message.error() is None and message.key() == self._cluster.encode():
-                    self.rows.append(self._codec.decode(CLUSTER_ALLOCATION, message.value()))
-        return self.rows
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
-def assert_rows_equal_the_csv(rows: list[ClusterGpuAllocation]) -> None:
-    expected = expected_rows(PODS_CSV, 3600)
-    assert len({r.event_id for r in rows}) == len(rows), "a window was published twice"
-    assert [int((r.window_start - EPOCH).total_seconds()) for r in rows] == [e.window_start for e in expected]
-    assert [r.gpus_allocated_avg for r in rows] == pytest.approx(
-        [e.gpus_allocated_avg for e in expected], abs=1e-6
-    )
-    assert [r.gpus_allocated_max for r in rows] == pytest.approx(
-        [e.gpus_allocated_max for e in expected], abs=1e-6
-    )
-    assert [r.gpus_allocated_end for r in rows] == pytest.approx(
-        [e.gpus_allocated_end for e in expected], abs=1e-6
-    )
-    assert [r.pods_running_end for r in rows] == [e.pods_running_end for e in expected]
-    assert [r.pods_pending_end for r in rows] == [e.pods_pending_end for e in expected]
 
 
 @pytest.fixture

@@ -95,7 +95,7 @@ ALLOCATION_METRICS = (
 )
 DEAD_LETTER_COLUMNS = (
     *("event_id", "failed_at", "source_topic", "source_partition", "source_offset", "key", "value"),
-    *("reason", "detail", "consumer"),
+    *("value_length", "value_sha256", "value_truncated", "reason", "detail", "consumer"),
 )
 
 NODES = Table("nodes", NODE_COLUMNS)
@@ -255,7 +255,7 @@ def _dead_letter(item: Decoded) -> list[tuple[Table, Row]]:
     d: DeadLetter = item.record  # type: ignore[assignment]
     row = (
         *(d.event_id, d.failed_at, d.source_topic, d.source_partition, d.source_offset, d.key, d.value),
-        *(d.reason, d.detail, d.consumer),
+        *(d.value_length, d.value_sha256, d.value_truncated, d.reason, d.detail, d.consumer),
     )
     return [(DEAD_LETTERS, row)]
 

@@ -1,0 +1,146 @@
+"""Faults in turn on one running pipeline, and ClickHouse still equals the trace.
+
+A private platform runs the sink, the allocation worker and the exporter under a real
+supervisor while the Alibaba trace is replayed at a speed that spreads it over about a
+minute. Meanwhile each of them is killed with SIGKILL, then the broker is stopped (SIGSTOP)
+for 30 s. Afterwards: ClickHouse's allocation rows (FINAL) equal the CSV's oracle, raw rows
+are not multiplied, no record was dead-lettered, and no process crash-looped.
+
+Not part of it yet:
+- A SIGKILL of the broker here leaves read_committed readers stuck: after the restart from
+  its last save, the broker keeps a transaction of the worker open that nobody aborts, the
+  last stable offset of the allocation topic stays there (the sink read 1,177 of 4,338
+  offsets; read_uncommitted saw them all) and ClickHouse stops at 838 of the trace's windows.
+- A full disk: the ClickHouse holder's data directory would have to sit on a size-limited
+  mount (tmpfs, as root) set up before the platform starts; the sink's waiting through a
+  bare HTTP 500 (what a full disk returns) is tested on its own in tests/test_broker_faults.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from allocation_oracle import expected_rows
+from confluent_kafka import Consumer, TopicPartition
+from hostile_support import wait
+from worker_support import PODS_CSV, gpulens, replay
+
+from consumers.clickhouse.client import get_client
+from consumers.clickhouse.migrating import migrate
+from gpulens.config import GPULensSettings
+from gpulens.main_job import EXPORTER, SINK, WORKER, pipeline_specs
+from gpulens.platform import BROKER, manager
+from infra.launching import ServiceManager, ServiceSpec, State
+from infra.supervising import Supervisor
+from schemas.topics import DLQ
+
+EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
+SPEED = "200000"
+"""The trace's five months in about a minute: the faults hit it while it flows."""
+STALL_S = 30.0
+MAX_RESTARTS = 1
+"""Per process: the kill, and nothing after it."""
+
+
+def _specs(settings: GPULensSettings, config) -> list[ServiceSpec]:
+    specs = pipeline_specs(settings, config)
+    worker = ServiceSpec(
+        WORKER, gpulens(config, "worker", "--window", "3600", "--no-nodes", "--processors", "allocation")
+    )
+    return [worker, specs[SINK], specs[EXPORTER]]
+
+
+def _kill(services: ServiceManager, name: str) -> None:
+    """SIGKILL ``name``'s process group and wait until that process is gone (the supervisor
+    may already run its successor)."""
+    pid = services.status(name).pid
+    assert pid is not None, f"{name} is not running"
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while (now := services.status(name)).state is State.RUNNING and now.pid == pid:
+        assert time.monotonic() < deadline, f"{name} outlived SIGKILL"
+        time.sleep(0.05)
+
+
+def _restarted(supervisor: Supervisor, name: str) -> Callable[[], bool]:
+    return lambda: any(r.name == name for r in supervisor.restarts)
+
+
+def test_every_fault_in_turn_leaves_clickhouse_equal_to_the_trace(own_platform, unique, spawned) -> None:
+    settings, config = own_platform
+    cluster = f"faults-{unique}"
+    services = manager(settings)
+    migrate(settings.clickhouse, samples_ttl_days=30)  # the tables exist before anything is counted
+    supervisor = Supervisor(services, _specs(settings, config), backoff_s=0.5, stable_s=5.0)
+    stop = threading.Event()
+    supervising = threading.Thread(target=supervisor.run, args=(stop,), name="supervisor")
+    supervising.start()
+    client = get_client(settings.clickhouse, database=settings.clickhouse.database)
+    expected = expected_rows(PODS_CSV, 3600)
+
+    def stored(final: str) -> int:
+        return int(
+            client.query(
+                f"SELECT count() FROM cluster_gpu_allocation {final} WHERE cluster = {{c:String}}",
+                parameters={"c": cluster},
+            ).result_rows[0][0]
+        )
+
+    try:
+        wait(lambda: all(services.status(n).state is State.RUNNING for n in (WORKER, SINK, EXPORTER)), 120,
+             "the pipeline up")  # fmt: skip
+        source = replay(config, cluster, "--speed", SPEED)
+        spawned.append(source)
+        wait(lambda: stored("FINAL") > 0, 120, "the first allocation rows in ClickHouse", source)
+        for name in (SINK, WORKER, EXPORTER):
+            _kill(services, name)
+            wait(_restarted(supervisor, name), 30, f"{name} restarted")
+        broker = services.status(BROKER).pid
+        assert broker is not None
+        os.killpg(broker, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:  # the fault itself lasts this long; nothing may exit meanwhile
+            wait(lambda: time.monotonic() - stopped >= STALL_S, STALL_S + 5, "the stall to last")
+        finally:
+            os.killpg(broker, signal.SIGCONT)
+        assert source.wait(180) == 0, "the replay finished"
+        wait(lambda: stored("FINAL") == len(expected), 180, "every window in ClickHouse")
+        rows = client.query(
+            "SELECT toUnixTimestamp(window_start) - {e:Int64}, gpus_allocated_avg, gpus_allocated_max,"
+            " gpus_allocated_end, pods_running_end, pods_pending_end FROM cluster_gpu_allocation FINAL"
+            " WHERE cluster = {c:String} ORDER BY window_start",
+            parameters={"c": cluster, "e": int(EPOCH.timestamp())},
+        ).result_rows
+        raw = stored("")
+        restarts = [r.name for r in supervisor.restarts]
+    finally:
+        stop.set()
+        supervising.join(120)
+    oracle = [
+        (e.window_start, e.gpus_allocated_avg, e.gpus_allocated_max, e.gpus_allocated_end,
+         e.pods_running_end, e.pods_pending_end)
+        for e in expected
+    ]  # fmt: skip
+    assert [r[0] for r in rows] == [o[0] for o in oracle]
+    for row, want in zip(rows, oracle, strict=True):
+        assert row[1:4] == pytest.approx(want[1:4]) and row[4:] == want[4:], (row, want)
+    assert raw <= 2 * len(expected), f"raw rows multiplied: {raw} for {len(expected)} windows"
+    assert _dead_letters(settings) == 0, "clean data: nothing dead-lettered"
+    assert all(restarts.count(n) <= MAX_RESTARTS for n in (WORKER, SINK, EXPORTER)), restarts
+
+
+def _dead_letters(settings: GPULensSettings) -> int:
+    consumer = Consumer(settings.kafka.librdkafka(**{"group.id": "dlq-count"}))
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(DLQ.name, p), timeout=30)[1]
+            for p in range(DLQ.partitions)
+        )
+    finally:
+        consumer.close()

@@ -1,0 +1,99 @@
+"""The allocation worker as a process, for the tests that run it: start it and a replay of the
+Alibaba trace, read the rows it commits, and compare them with the CSV's oracle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from allocation_oracle import expected_rows
+from confluent_kafka import Consumer, TopicPartition
+
+from producers.replay.locating import traces_dir
+from schemas.codec import AvroCodec
+from schemas.models import ClusterGpuAllocation
+from schemas.topics import CLUSTER_ALLOCATION
+
+TRACE = traces_dir() / "alibaba-gpu-v2023"
+EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
+PODS_CSV = TRACE / "openb_pod_list_default.csv"
+
+
+def gpulens(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
+
+
+def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its stderr in ``log`` (the child keeps its own copy of the file)."""
+    with log.open("ab") as stderr:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+
+
+def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[bytes]:
+    command = gpulens(
+        config,
+        "worker",
+        "--window",
+        "3600",
+        "--no-nodes",
+        "--processors",
+        "allocation",
+        "--group",
+        group,
+        "--idle-ms",
+        "3000",
+        *extra,
+    )
+    return spawn(command, config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log")
+
+
+def replay(config: Path, cluster: str, *extra: str) -> subprocess.Popen[bytes]:
+    command = gpulens(config, "replay", "alibaba-v2023", "--pods", str(PODS_CSV), *extra)
+    return spawn(
+        command, config.parent / f"replay-{cluster}.log", env={**os.environ, "GPULENS_CLUSTER": cluster}
+    )
+
+
+class RowReader:
+    """Reads committed cluster rows of one cluster as they arrive."""
+
+    def __init__(self, platform, codec: AvroCodec, cluster: str) -> None:
+        self._consumer = Consumer(
+            platform.kafka.librdkafka(**{"group.id": f"rows-{cluster}", "isolation.level": "read_committed"})
+        )
+        self._consumer.assign([TopicPartition(CLUSTER_ALLOCATION.name, 0, 0)])
+        self._codec, self._cluster = codec, cluster
+        self.rows: list[ClusterGpuAllocation] = []
+
+    def read_until(self, count: int, deadline_s: float) -> list[ClusterGpuAllocation]:
+        deadline = time.monotonic() + deadline_s
+        while len(self.rows) < count and time.monotonic() < deadline:
+            for message in self._consumer.consume(10_000, 0.5):
+                if message.error() is None and message.key() == self._cluster.encode():
+                    self.rows.append(self._codec.decode(CLUSTER_ALLOCATION, message.value()))
+        return self.rows
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def assert_rows_equal_the_csv(rows: list[ClusterGpuAllocation]) -> None:
+    expected = expected_rows(PODS_CSV, 3600)
+    assert len({r.event_id for r in rows}) == len(rows), "a window was published twice"
+    assert [int((r.window_start - EPOCH).total_seconds()) for r in rows] == [e.window_start for e in expected]
+    assert [r.gpus_allocated_avg for r in rows] == pytest.approx(
+        [e.gpus_allocated_avg for e in expected], abs=1e-6
+    )
+    assert [r.gpus_allocated_max for r in rows] == pytest.approx(
+        [e.gpus_allocated_max for e in expected], abs=1e-6
+    )
+    assert [r.gpus_allocated_end for r in rows] == pytest.approx(
+        [e.gpus_allocated_end for e in expected], abs=1e-6
+    )
+    assert [r.pods_running_end for r in rows] == [e.pods_running_end for e in expected]
+    assert [r.pods_pending_end for r in rows] == [e.pods_pending_end for e in expected]
