@@ -193,6 +193,13 @@ class EventPublisher(BasePublisher):
                 raise
             self._fatal = err.args[0]
             return 0
+        except SystemError as err:
+            # confluent-kafka's flush returned NULL with no exception set just after the broker
+            # restarted under an idempotent producer (seen once, on a loaded machine, in
+            # test_producer_recovery): the handle's state is unknown, so it is replaced like a dead one.
+            log.warning("producer call failed inside the client library (%s)", err)
+            self._fatal = KafkaError(KafkaError._FATAL, str(err), fatal=True)
+            return 0
 
     def _recover_if_fatal(self) -> None:
         if self._fatal is not None:

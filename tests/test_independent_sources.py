@@ -34,8 +34,10 @@ PODS_CSV = traces_dir() / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 HOUR = 3600
 LAUNCHER = Path(__file__).with_name("delayed_gpulens.py")
-SOURCE_TIMEOUT_S = 15
-"""Longer than the producers' start skew: 0-5 s of delay plus reading the trace on a busy machine."""
+SOURCE_TIMEOUT_S = 30
+"""Longer than the producers' start skew: 0-5 s of delay plus reading the trace on a busy machine
+(at 15 s, a node part that spoke 15 s after its cluster's first source under a load of 10 was
+judged absent, and every window of its cluster closed with no capacity)."""
 
 
 def head_of(path: Path, rows: int, into: Path) -> Path:
