@@ -52,6 +52,7 @@ class SinkThread:
         }
         create_topics(platform.kafka, list(self.topics.values()))
         self._kafka, self._codec, self._settings = platform.kafka, codec, settings
+        self._registry_url = platform.registry.url if settings.decode_in_clickhouse else None
         self.group = f"sink-{unique}"
         self._producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 5}))
         self._stop = threading.Event()
@@ -69,6 +70,7 @@ class SinkThread:
                     self._stop,
                     topics=list(self.topics.values()),
                     group_id=self.group,
+                    registry_url=self._registry_url,
                 )
             except BaseException as err:
                 self._error = err

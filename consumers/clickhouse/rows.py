@@ -32,7 +32,7 @@ from schemas.models import (
 )
 from schemas.topics import CATALOG, STATE_TOPICS, TopicSpec
 
-__all__ = ["MAPPERS", "SINK_TOPICS", "TABLES", "Row", "Table", "rows_of", "version"]
+__all__ = ["DECODED_BY_CLICKHOUSE", "MAPPERS", "SINK_TOPICS", "TABLES", "Row", "Table", "rows_of", "version"]
 
 Row = tuple[Any, ...]
 
@@ -292,6 +292,12 @@ SINK_TOPICS: tuple[TopicSpec, ...] = tuple(
 )
 """The catalog topics the sink reads: event and derived topics (the state topics repeat the
 events the sink already stores)."""
+
+
+DECODED_BY_CLICKHOUSE: dict[type[Record], str] = {GpuSampleBatch: "gpu_sample_batches"}
+"""Record types the sink hands to ClickHouse undecoded, and the table that takes their Kafka
+values (``FORMAT AvroConfluent``): migration 0011's materialized view turns them into the rows
+their mapper above makes. Only where that view is a plain projection of the record."""
 
 
 def rows_of(item: Decoded) -> list[tuple[Table, Row]]:
