@@ -78,6 +78,8 @@ class Batch:
     rows: dict[Table, list[Row]] = field(default_factory=dict)
     values: dict[str, list[Undecoded]] = field(default_factory=dict)
     """Records for ClickHouse to decode, per table that takes them."""
+    firsts: dict[str, tuple[str, Undecoded]] = field(default_factory=dict)
+    """The first of ``values`` with each event id, and its table."""
     ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     records: dict[str, int] = field(default_factory=dict)
     row_count: int = 0
@@ -90,11 +92,19 @@ class Batch:
             self.row_count += 1
         self._count(item)
 
-    def add_value(self, table: str, item: Undecoded) -> None:
-        """Add a record that ``table`` takes as it is (ClickHouse decodes it)."""
+    def add_value(self, table: str, item: Undecoded, key: str | None) -> None:
+        """Add a record that ``table`` takes as it is (ClickHouse decodes it); ``key``: its event id."""
         self.values.setdefault(table, []).append(item)
+        if key is not None:
+            self.firsts.setdefault(key, (table, item))
         self.row_count += 1
         self._count(item)
+
+    def drop_first(self, key: str) -> None:
+        """Take the first record with event id ``key`` out (it went to the DLQ; its offset stays)."""
+        table, item = self.firsts.pop(key)
+        self.values[table].remove(item)
+        self.row_count -= 1
 
     def _count(self, item: Decoded | Undecoded) -> None:
         if not self.ranges:
@@ -167,8 +177,8 @@ class ClickHouseSink:
         table, schema_id = self._native[item.topic]
         own = item.value[:1] == b"\0" and int.from_bytes(item.value[1:5]) == schema_id
         key = leading_string(item.value) if own else None
-        if own and (key is None or self._duplicates.conflict_of(key, item.value) is None):
-            self._batch.add_value(table, item)
+        if own and (key is None or not self._conflicts(key, item)):
+            self._batch.add_value(table, item, key)
             return
         decoded = self._consumer.decode(item)
         if decoded is None:  # in the DLQ with the decoder's reason
@@ -180,6 +190,20 @@ class ClickHouseSink:
             self._batch.add(decoded)
         else:
             self._consumer.dead_letter(decoded, CONFLICTING_DUPLICATE, conflict)
+
+    def _conflicts(self, key: str, item: Undecoded) -> bool:
+        """Whether ``item`` repeats event id ``key`` with other content than a first record
+        that decodes. A first of this batch is decoded here to know (ClickHouse has not seen it
+        yet): one that does not decode goes to the DLQ now, as it would have when decoded, and
+        ``item`` is the first instead. A first of an earlier batch decoded, or was forgotten."""
+        if self._duplicates.conflict_of(key, item.value) is None:
+            return False
+        first = self._batch.firsts.get(key)
+        if first is None or self._consumer.decode(first[1]) is not None:
+            return True
+        self._batch.drop_first(key)
+        self._duplicates.forget(key, first[1].value)
+        return self._duplicates.conflict_of(key, item.value) is not None
 
     def flush(self) -> None:
         """Write every table of the batch, then commit its offsets."""
