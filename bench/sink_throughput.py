@@ -130,7 +130,7 @@ def bench(
                 break
         except DatabaseError:  # the database does not exist until the sink migrated it
             pass
-        time.sleep(0.05)
+        time.sleep(0.25)
     elapsed = time.perf_counter() - started
     cpu = (_cpu_s(os.getpid()) - cpu_before[0], _cpu_s(holder) - cpu_before[1])
     stop.set()

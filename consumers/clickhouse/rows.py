@@ -32,7 +32,17 @@ from schemas.models import (
 )
 from schemas.topics import CATALOG, STATE_TOPICS, TopicSpec
 
-__all__ = ["DECODED_BY_CLICKHOUSE", "MAPPERS", "SINK_TOPICS", "TABLES", "Row", "Table", "rows_of", "version"]
+__all__ = [
+    "DECODED_BY_CLICKHOUSE",
+    "INTAKE_TABLES",
+    "MAPPERS",
+    "SINK_TOPICS",
+    "TABLES",
+    "Row",
+    "Table",
+    "rows_of",
+    "version",
+]
 
 Row = tuple[Any, ...]
 
@@ -298,6 +308,9 @@ DECODED_BY_CLICKHOUSE: dict[type[Record], str] = {GpuSampleBatch: "gpu_sample_ba
 """Record types the sink hands to ClickHouse undecoded, and the table that takes their Kafka
 values (``FORMAT AvroConfluent``): migration 0011's materialized view turns them into the rows
 their mapper above makes. Only where that view is a plain projection of the record."""
+
+INTAKE_TABLES = ("gpu_sample_batches", "gpu_samples_from_batches")
+"""What migration 0011 creates for them: the Null table the values go into, and its view."""
 
 
 def rows_of(item: Decoded) -> list[tuple[Table, Row]]:
