@@ -80,12 +80,16 @@ def _records(spec: TopicSpec, count: int) -> list[Event]:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One sink run: wall time, rows per table, CPU seconds of the sink and of the holder."""
+    """One sink run: wall time, rows per table, CPU seconds of the sink and of the holder over
+    the whole run, and once started (from the first rows in: no imports, migrations, connects)."""
 
     elapsed_s: float
     tables: dict[str, int]
     sink_cpu_s: float
     holder_cpu_s: float
+    steady_rows: int
+    steady_sink_cpu_s: float
+    steady_holder_cpu_s: float
 
 
 def _cpu_s(pid: int) -> float:
@@ -124,18 +128,31 @@ def bench(
     started = time.perf_counter()
     thread.start()
     last = list(tables)[-1]  # a history or time-series table: one row per event, never collapsed
+    steady_from: tuple[int, float, float] | None = None
     while True:
         try:
-            if client.command(f"SELECT count() FROM bench_{run}.{last}") >= tables[last]:
-                break
+            count = client.command(f"SELECT count() FROM bench_{run}.{last}")
         except DatabaseError:  # the database does not exist until the sink migrated it
-            pass
+            count = 0
+        if count >= tables[last]:
+            break
+        if count and steady_from is None:  # started: migrated, imported, first batch in
+            steady_from = (count, _cpu_s(os.getpid()), _cpu_s(holder))
         time.sleep(0.25)
     elapsed = time.perf_counter() - started
-    cpu = (_cpu_s(os.getpid()) - cpu_before[0], _cpu_s(holder) - cpu_before[1])
+    now = (_cpu_s(os.getpid()), _cpu_s(holder))
     stop.set()
     thread.join()
-    return Run(elapsed, tables, *cpu)
+    start_rows, *at_start = steady_from or (0, *cpu_before)
+    return Run(
+        elapsed,
+        tables,
+        now[0] - cpu_before[0],
+        now[1] - cpu_before[1],
+        tables[last] - start_rows,
+        now[0] - at_start[0],
+        now[1] - at_start[1],
+    )
 
 
 def rate_line(spec: TopicSpec, records: list[Event], sink: SinkSettings, run: Run) -> str:
@@ -177,11 +194,14 @@ def cpu_lines(settings, codec: AvroCodec, records: list[Event], batch_rows: int,
         result = bench(settings, codec, GPU_SAMPLES, records, sink, run)
         samples = result.tables[SAMPLES_TABLE.name]
         cpu = result.sink_cpu_s + result.holder_cpu_s
+        steady = result.steady_sink_cpu_s + result.steady_holder_cpu_s
         lines.append(
             f"sink, {'ClickHouse' if native else 'Python':<10} decodes: {samples:,} samples in "
             f"{result.elapsed_s:.2f} s, CPU sink {result.sink_cpu_s:.2f} s + holder "
             f"{result.holder_cpu_s:.2f} s = {cpu:.2f} s"
-            f" -> {samples / cpu:>9,.0f} samples/CPU-s (sink + holder)"
+            f" -> {samples / cpu:>9,.0f} samples/CPU-s (sink + holder); once started: "
+            f"{result.steady_rows:,} samples, sink {result.steady_sink_cpu_s:.2f} s + holder "
+            f"{result.steady_holder_cpu_s:.2f} s -> {result.steady_rows / steady:>9,.0f} samples/CPU-s"
         )
     samples, cpu = bare_insert(records, batch_rows)
     lines.append(
