@@ -62,7 +62,7 @@ def retrying(call: Callable[[], T], *, operation: str, backoff: Sequence[float],
 
 
 class TableWriter:
-    """Inserts rows of the sink's tables through one client."""
+    """Inserts rows of the sink's tables, or Avro values for ClickHouse to decode, through one client."""
 
     def __init__(
         self,
@@ -77,11 +77,6 @@ class TableWriter:
         self._backoff = backoff
         self._stop = stop
         self._registry_url = registry_url
-
-    @property
-    def decodes_avro(self) -> bool:
-        """Whether :meth:`write_avro` can be used (ClickHouse knows where the registry is)."""
-        return self._registry_url is not None
 
     def write_avro(self, table: str, values: list[bytes], *, token: str) -> int:
         """Insert Confluent-framed Avro ``values`` (Kafka values as they are) into ``table``,
