@@ -119,7 +119,8 @@ def _bad_values(codec: AvroCodec, valid: GpuSampleBatch, rng: random.Random) -> 
         valid.model_copy(update={"node": ""}),
         valid.model_copy(update={"source": ""}),
         *(valid.model_copy(update={"event_time": at})
-          for at in (datetime(2100, 1, 1, tzinfo=UTC), datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC))),
+          for at in (datetime(2100, 1, 1, tzinfo=UTC), datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
+                     datetime(9999, 12, 31, tzinfo=UTC), datetime(1, 1, 2, tzinfo=UTC))),
     ]  # fmt: skip
     junk = [
         b"\x07" + rng.randbytes(40),
@@ -127,6 +128,8 @@ def _bad_values(codec: AvroCodec, valid: GpuSampleBatch, rng: random.Random) -> 
         struct.pack(">bI", 0, 999_999) + value[5:],
         value[:5] + b"\xff\xfe garbage \x00\x01",
         value[:5] + b"\x04\xff\xfe" + value[7:],  # an id that is no UTF-8
+        value + b"\x00",  # a byte left over
+        value[:-1],  # one short
     ]
     variants = [v for v in damaged(value, rng) if _refused(codec, v)]
     return [

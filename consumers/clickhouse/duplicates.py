@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from schemas.models import EVENT_TYPES, Event, Record
 
-__all__ = ["CONFLICTING_DUPLICATE", "DuplicateGuard", "leading_string"]
+__all__ = ["CONFLICTING_DUPLICATE", "DuplicateGuard"]
 
 CONFLICTING_DUPLICATE = "conflicting-duplicate"
 """The dead-letter reason of a record whose ``event_id`` was seen with other content."""
@@ -78,24 +78,3 @@ class DuplicateGuard:
 
 _GUARDED = frozenset(EVENT_TYPES)
 """Producers' events; the pipeline's own outputs replace rows on purpose (a window re-emitted)."""
-
-
-def leading_string(value: bytes) -> str | None:
-    """The first field of the Avro body in ``value`` read as a string (an event's ``event_id``:
-    the first field of every event schema), without decoding the rest; None where it is none."""
-    length, shift, at = 0, 0, _HEADER
-    while at < len(value) and shift < 64:
-        byte = value[at]
-        length |= (byte & 0x7F) << shift
-        at, shift = at + 1, shift + 7
-        if not byte & 0x80:
-            break
-    else:
-        return None
-    size = (length >> 1) ^ -(length & 1)  # zigzag
-    if size < 0 or at + size > len(value):
-        return None
-    try:
-        return value[at : at + size].decode()
-    except UnicodeDecodeError:
-        return None

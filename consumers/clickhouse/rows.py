@@ -304,10 +304,21 @@ SINK_TOPICS: tuple[TopicSpec, ...] = tuple(
 events the sink already stores)."""
 
 
-DECODED_BY_CLICKHOUSE: dict[type[Record], str] = {GpuSampleBatch: "gpu_sample_batches"}
-"""Record types the sink hands to ClickHouse undecoded, and the table that takes their Kafka
-values (``FORMAT AvroConfluent``): migration 0011's materialized view turns them into the rows
-their mapper above makes. Only where that view is a plain projection of the record."""
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """Where ClickHouse takes a record type's Kafka values as they are (``FORMAT AvroConfluent``)."""
+
+    table: str
+    """The table the values go into."""
+    rows_after: str
+    """The fields before the array whose items are the rows (``s`` string, ``l`` long): how
+    many rows a value becomes is read there (:func:`~consumers.clickhouse.peeking.array_length`)."""
+
+
+DECODED_BY_CLICKHOUSE: dict[type[Record], Intake] = {GpuSampleBatch: Intake("gpu_sample_batches", "sslss")}
+"""Record types the sink hands to ClickHouse undecoded: migration 0011's materialized view
+turns them into the rows their mapper above makes. Only where that view is a plain projection
+of the record."""
 
 INTAKE_TABLES = ("gpu_sample_batches", "gpu_samples_from_batches")
 """What migration 0011 creates for them: the Null table the values go into, and its view."""

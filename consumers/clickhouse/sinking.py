@@ -29,10 +29,11 @@ from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 from prometheus_client import Counter, Histogram
 
 from consumers.clickhouse.client import get_client
-from consumers.clickhouse.duplicates import CONFLICTING_DUPLICATE, DuplicateGuard, leading_string
+from consumers.clickhouse.duplicates import CONFLICTING_DUPLICATE, DuplicateGuard
 from consumers.clickhouse.exceptions import SinkError, StatementError
 from consumers.clickhouse.migrating import migrate
-from consumers.clickhouse.rows import DECODED_BY_CLICKHOUSE, SINK_TOPICS, Row, Table, rows_of
+from consumers.clickhouse.peeking import array_length, leading_string
+from consumers.clickhouse.rows import DECODED_BY_CLICKHOUSE, SINK_TOPICS, Intake, Row, Table, rows_of
 from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from consumers.clickhouse.writing import TableWriter, retrying
 from schemas.codec import AvroCodec
@@ -83,7 +84,7 @@ class Batch:
     ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     records: dict[str, int] = field(default_factory=dict)
     row_count: int = 0
-    """Rows, counting a record ClickHouse decodes as one (the rows it becomes are not known here)."""
+    """Rows; those of a record ClickHouse decodes as its value says (at least one)."""
     started: float = 0.0
 
     def add(self, item: Decoded) -> None:
@@ -92,19 +93,19 @@ class Batch:
             self.row_count += 1
         self._count(item)
 
-    def add_value(self, table: str, item: Undecoded, key: str | None) -> None:
-        """Add a record that ``table`` takes as it is (ClickHouse decodes it); ``key``: its event id."""
+    def add_value(self, table: str, item: Undecoded, key: str | None, rows: int) -> None:
+        """Add a record that ``table`` takes as it is (ClickHouse decodes it into about ``rows``
+        rows); ``key``: its event id."""
         self.values.setdefault(table, []).append(item)
         if key is not None:
             self.firsts.setdefault(key, (table, item))
-        self.row_count += 1
+        self.row_count += rows
         self._count(item)
 
     def drop_first(self, key: str) -> None:
         """Take the first record with event id ``key`` out (it went to the DLQ; its offset stays)."""
         table, item = self.firsts.pop(key)
         self.values[table].remove(item)
-        self.row_count -= 1
 
     def _count(self, item: Decoded | Undecoded) -> None:
         if not self.ranges:
@@ -135,10 +136,10 @@ class ClickHouseSink:
         writer: TableWriter,
         settings: SinkSettings,
         *,
-        native: dict[str, tuple[str, int]] | None = None,
+        native: dict[str, tuple[Intake, int]] | None = None,
     ) -> None:
-        """``native``: topics whose values ClickHouse decodes, with the table that takes them and
-        the topic's own writer schema id (values under another id are decoded here)."""
+        """``native``: topics whose values ClickHouse decodes, with where it takes them and the
+        topic's own writer schema id (values under another id are decoded here)."""
         self._consumer = consumer
         self._writer = writer
         self._settings = settings
@@ -174,11 +175,12 @@ class ClickHouseSink:
         """Batch ``item`` for ClickHouse to decode, unless it must be decoded here: written under
         another schema than the topic's own (ClickHouse reads fields by the table's names), or
         repeating an event id with other content (a conflict only if it decodes)."""
-        table, schema_id = self._native[item.topic]
+        intake, schema_id = self._native[item.topic]
         own = item.value[:1] == b"\0" and int.from_bytes(item.value[1:5]) == schema_id
         key = leading_string(item.value) if own else None
         if own and (key is None or not self._conflicts(key, item)):
-            self._batch.add_value(table, item, key)
+            rows = min(array_length(item.value, intake.rows_after) or 1, len(item.value))
+            self._batch.add_value(intake.table, item, key, rows)
             return
         decoded = self._consumer.decode(item)
         if decoded is None:  # in the DLQ with the decoder's reason
