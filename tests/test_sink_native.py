@@ -194,7 +194,7 @@ def test_records_wait_while_clickhouse_cannot_reach_the_registry_and_are_stored_
     cluster = f"noreg-{unique}"
     records = _varied(cluster, 150, random.Random(7))
     expected = sum(len(r.samples) for r in records)
-    retries = {"operation": "insert gpu_sample_batches"}
+    retries = {"operation": "insert gpu_samples"}
     before = REGISTRY.get_sample_value("gpulens_sink_retries_total", retries) or 0
     blind = SinkThread(platform, codec, unique, registry_url="http://127.0.0.1:9").start()  # nobody there
     blind.publish(GPU_SAMPLES, records)

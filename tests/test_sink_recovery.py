@@ -55,7 +55,7 @@ def test_the_sink_waits_for_clickhouse_and_catches_up_with_nothing_lost(
     cluster = f"away-{unique}"
     topic = sink.topics[GPU_SAMPLES.name]
     spec = service_specs(platform, config_file)["clickhouse"]
-    retries = {"operation": "insert gpu_sample_batches"}  # the samples' values, decoded by ClickHouse
+    retries = {"operation": "insert gpu_samples"}
     try:
         produce_batches(platform, codec, topic, sample_batches(cluster, 500))
         sink.wait_rows("gpu_samples", 500 * GPUS)

@@ -310,12 +310,16 @@ class Intake:
 
     table: str
     """The table the values go into."""
+    into: str
+    """The table their rows land in (its materialized view's target)."""
     rows_after: str
     """The fields before the array whose items are the rows (``s`` string, ``l`` long): how
     many rows a value becomes is read there (:func:`~consumers.clickhouse.peeking.array_length`)."""
 
 
-DECODED_BY_CLICKHOUSE: dict[type[Record], Intake] = {GpuSampleBatch: Intake("gpu_sample_batches", "sslss")}
+DECODED_BY_CLICKHOUSE: dict[type[Record], Intake] = {
+    GpuSampleBatch: Intake("gpu_sample_batches", GPU_SAMPLES.name, "sslss")
+}
 """Record types the sink hands to ClickHouse undecoded: migration 0011's materialized view
 turns them into the rows their mapper above makes. Only where that view is a plain projection
 of the record."""

@@ -77,9 +77,9 @@ class Batch:
     """Rows on their way to ClickHouse and the offset ranges they came from."""
 
     rows: dict[Table, list[Row]] = field(default_factory=dict)
-    values: dict[str, list[Undecoded]] = field(default_factory=dict)
+    values: dict[Intake, list[Undecoded]] = field(default_factory=dict)
     """Records for ClickHouse to decode, per table that takes them."""
-    firsts: dict[str, tuple[str, Undecoded]] = field(default_factory=dict)
+    firsts: dict[str, tuple[Intake, Undecoded]] = field(default_factory=dict)
     """The first of ``values`` with each event id, and its table."""
     ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     records: dict[str, int] = field(default_factory=dict)
@@ -93,19 +93,19 @@ class Batch:
             self.row_count += 1
         self._count(item)
 
-    def add_value(self, table: str, item: Undecoded, key: str | None, rows: int) -> None:
-        """Add a record that ``table`` takes as it is (ClickHouse decodes it into about ``rows``
+    def add_value(self, intake: Intake, item: Undecoded, key: str | None, rows: int) -> None:
+        """Add a record that ``intake`` takes as it is (ClickHouse decodes it into about ``rows``
         rows); ``key``: its event id."""
-        self.values.setdefault(table, []).append(item)
+        self.values.setdefault(intake, []).append(item)
         if key is not None:
-            self.firsts.setdefault(key, (table, item))
+            self.firsts.setdefault(key, (intake, item))
         self.row_count += rows
         self._count(item)
 
     def drop_first(self, key: str) -> None:
         """Take the first record with event id ``key`` out (it went to the DLQ; its offset stays)."""
-        table, item = self.firsts.pop(key)
-        self.values[table].remove(item)
+        intake, item = self.firsts.pop(key)
+        self.values[intake].remove(item)
 
     def _count(self, item: Decoded | Undecoded) -> None:
         if not self.ranges:
@@ -180,7 +180,7 @@ class ClickHouseSink:
         key = leading_string(item.value) if own else None
         if own and (key is None or not self._conflicts(key, item)):
             rows = min(array_length(item.value, intake.rows_after) or 1, len(item.value))
-            self._batch.add_value(intake.table, item, key, rows)
+            self._batch.add_value(intake, item, key, rows)
             return
         decoded = self._consumer.decode(item)
         if decoded is None:  # in the DLQ with the decoder's reason
@@ -212,8 +212,8 @@ class ClickHouseSink:
         batch, self._batch = self._batch, Batch()
         if not batch.ranges:
             return
-        for table, items in batch.values.items():
-            self._write_values(table, items)
+        for intake, items in batch.values.items():
+            self._write_values(intake, items)
         for table, rows in batch.rows.items():
             self._writer.write(table, rows, token=batch.token(table))
         BATCH_ROWS.observe(batch.row_count)
@@ -226,7 +226,7 @@ class ClickHouseSink:
             UNCOMMITTED.inc()
             log.warning("batch of %d rows stored, offsets not committed: %s", batch.row_count, err)
 
-    def _write_values(self, table: str, items: list[Undecoded]) -> None:
+    def _write_values(self, intake: Intake, items: list[Undecoded]) -> None:
         """Have ClickHouse decode and store ``items``; a refused set is split in halves and each
         half retried, and the records of a small refused set are decided here one by one.
 
@@ -236,22 +236,23 @@ class ClickHouseSink:
         parts = [items]
         while parts:
             part = parts.pop()
+            token = _token(intake.table, part)
             try:
-                read = self._writer.write_avro(table, [i.value for i in part], token=_token(table, part))
+                read = self._writer.write_avro(
+                    intake.table, [i.value for i in part], into=intake.into, token=token
+                )
             except StatementError as err:
-                REFUSED.labels(table).inc()
-                log.info("%d records refused by %s: %s", len(part), table, err)
+                REFUSED.labels(intake.table).inc()
+                log.info("%d records refused by %s: %s", len(part), intake.table, err)
                 if len(part) > DECIDED_HERE:
                     half = len(part) // 2
                     parts += [part[half:], part[:half]]
                 else:
-                    self._decide(table, part)
+                    self._decide(intake.table, part)
                 continue
             if read != len(part):  # a record read past its end into the next: never seen, counted
-                MISREAD.labels(table).inc()
-                log.error(
-                    "%s read %d records of %d sent (tokens %s)", table, read, len(part), _token(table, part)
-                )
+                MISREAD.labels(intake.table).inc()
+                log.error("%s read %d records of %d sent (token %s)", intake.table, read, len(part), token)
 
     def _decide(self, table: str, items: list[Undecoded]) -> None:
         """Decode ``items`` here: the bad ones go to the DLQ with the decoder's reason, the rows

@@ -78,10 +78,11 @@ class TableWriter:
         self._stop = stop
         self._registry_url = registry_url
 
-    def write_avro(self, table: str, values: list[bytes], *, token: str) -> int:
+    def write_avro(self, table: str, values: list[bytes], *, into: str, token: str) -> int:
         """Insert Confluent-framed Avro ``values`` (Kafka values as they are) into ``table``,
         decoded by ClickHouse (``FORMAT AvroConfluent``, writer schemas fetched from the
-        registry by id), retrying while it is away; returns the records ClickHouse read.
+        registry by id), retrying while it is away; returns the records ClickHouse read. The
+        metrics and retries name ``into``, the table the rows land in (as for :meth:`write`).
 
         Raises :class:`~consumers.clickhouse.exceptions.StatementError` when it refuses them
         (a value it cannot read, a row breaking the table's constraints): nothing is stored.
@@ -94,7 +95,7 @@ class TableWriter:
         }
         body = b"".join(values)
 
-        def insert() -> int:
+        def insert() -> tuple[int, int]:
             started = time.perf_counter()
             try:
                 summary = self._client.raw_insert(
@@ -102,11 +103,11 @@ class TableWriter:
                 )
             except DriverError as err:
                 raise translate(err, f"inserting {len(values)} Avro records into {table}") from err
-            INSERT_SECONDS.labels(table).observe(time.perf_counter() - started)
-            return int(summary.summary.get("read_rows", len(values)))
+            INSERT_SECONDS.labels(into).observe(time.perf_counter() - started)
+            return int(summary.summary.get("read_rows", len(values))), summary.written_rows
 
-        read = retrying(insert, operation=f"insert {table}", backoff=self._backoff, stop=self._stop)
-        ROWS_WRITTEN.labels(table).inc(read)
+        read, written = retrying(insert, operation=f"insert {into}", backoff=self._backoff, stop=self._stop)
+        ROWS_WRITTEN.labels(into).inc(max(written - read, 0))  # written: the values' table too
         return read
 
     def write(self, table: Table, rows: list[Row], *, token: str) -> None:
