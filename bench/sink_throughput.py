@@ -1,6 +1,6 @@
 """Rows/s into ClickHouse through the sink, by table and batch size (printed, never asserted).
 
-    python -m bench.sink_throughput [--records N]
+    python -m bench.sink_throughput [--records N] [--cpu-only]
 
 Starts a private platform (free ports, temporary state). For each record type and batch
 size: publish N records on a private topic, start the sink from the beginning into a fresh
@@ -12,12 +12,19 @@ Before the runs, the conflicting-duplicate check the sink makes per record
 (:class:`~consumers.clickhouse.duplicates.DuplicateGuard`) is timed alone on the same records:
 first sight (each id new) and a resend (each id known, same content), beside the decode of the
 same records for scale, with the memory it holds per remembered id.
+
+Then GPU samples per CPU-second, the same records three ways in the same run: the sink with
+ClickHouse decoding the batches (``FORMAT AvroConfluent``), the sink decoding them in Python,
+and a bare client inserting the same rows, already decoded, into chDB in its own process (the
+floor). CPU is user + system seconds from /proc, of this process (the sink thread) and of the
+ClickHouse holder, over the time from the sink's start until every row is in.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import tempfile
 import threading
@@ -29,12 +36,15 @@ from pathlib import Path
 from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
 
+from bench.e2e_probes import usage
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.duplicates import DuplicateGuard
+from consumers.clickhouse.migrating import migrate
+from consumers.clickhouse.rows import GPU_SAMPLES as SAMPLES_TABLE
 from consumers.clickhouse.rows import rows_of
-from consumers.clickhouse.settings import SinkSettings
+from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from consumers.clickhouse.sinking import run_sink
-from gpulens.platform import private_platform
+from gpulens.platform import CLICKHOUSE, manager, private_platform
 from schemas.codec import AvroCodec, registry_client
 from schemas.consuming import Decoded
 from schemas.examples import example_events
@@ -68,9 +78,29 @@ def _records(spec: TopicSpec, count: int) -> list[Event]:
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One sink run: wall time, rows per table, CPU seconds of the sink and of the holder over
+    the whole run, and once started (from the first rows in: no imports, migrations, connects)."""
+
+    elapsed_s: float
+    tables: dict[str, int]
+    sink_cpu_s: float
+    holder_cpu_s: float
+    steady_rows: int
+    steady_sink_cpu_s: float
+    steady_holder_cpu_s: float
+
+
+def _cpu_s(pid: int) -> float:
+    measured = usage([pid])
+    assert measured is not None, f"process {pid} is gone"
+    return measured.cpu_s
+
+
 def bench(
-    settings, codec: AvroCodec, spec: TopicSpec, records: list[Event], batch_rows: int, run: int
-) -> str:
+    settings, codec: AvroCodec, spec: TopicSpec, records: list[Event], sink: SinkSettings, run: int
+) -> Run:
     topic = dataclasses.replace(spec, name=f"bench.{spec.name}.{run}")
     create_topics(settings.kafka, [topic])
     producer = Producer(
@@ -86,31 +116,99 @@ def bench(
     clickhouse = settings.clickhouse.model_copy(update={"database": f"bench_{run}"})
     client = get_client(settings.clickhouse)
     stop = threading.Event()
-    sink = SinkSettings(batch_rows=batch_rows, batch_seconds=0.5)
+    holder = manager(settings).status(CLICKHOUSE).pid
+    assert holder is not None, "the ClickHouse holder is not running"
+    registry_url = settings.registry.url if sink.decode_in_clickhouse else None
     thread = threading.Thread(
         target=run_sink,
         args=(settings.kafka, codec, clickhouse, sink, stop),
-        kwargs={"topics": [topic], "group_id": f"bench-{run}"},
+        kwargs={"topics": [topic], "group_id": f"bench-{run}", "registry_url": registry_url},
     )
+    cpu_before = (_cpu_s(os.getpid()), _cpu_s(holder))
     started = time.perf_counter()
     thread.start()
     last = list(tables)[-1]  # a history or time-series table: one row per event, never collapsed
+    steady_from: tuple[int, float, float] | None = None
     while True:
         try:
-            if client.command(f"SELECT count() FROM bench_{run}.{last}") >= tables[last]:
-                break
+            count = client.command(f"SELECT count() FROM bench_{run}.{last}")
         except DatabaseError:  # the database does not exist until the sink migrated it
-            pass
-        time.sleep(0.05)
+            count = 0
+        if count >= tables[last]:
+            break
+        if count and steady_from is None:  # started: migrated, imported, first batch in
+            steady_from = (count, _cpu_s(os.getpid()), _cpu_s(holder))
+        time.sleep(0.25)
     elapsed = time.perf_counter() - started
+    now = (_cpu_s(os.getpid()), _cpu_s(holder))
     stop.set()
     thread.join()
-    rows = sum(tables.values())
-    names = " + ".join(f"{name} ({count:,})" for name, count in tables.items())
-    return (
-        f"{spec.record.__name__:<15} batch {batch_rows:>7,} rows  {names:<48} "
-        f"{rows / elapsed:>10,.0f} rows/s  {len(records) / elapsed:>8,.0f} records/s"
+    start_rows, *at_start = steady_from or (0, *cpu_before)
+    return Run(
+        elapsed,
+        tables,
+        now[0] - cpu_before[0],
+        now[1] - cpu_before[1],
+        tables[last] - start_rows,
+        now[0] - at_start[0],
+        now[1] - at_start[1],
     )
+
+
+def rate_line(spec: TopicSpec, records: list[Event], sink: SinkSettings, run: Run) -> str:
+    rows = sum(run.tables.values())
+    names = " + ".join(f"{name} ({count:,})" for name, count in run.tables.items())
+    how = "ClickHouse decodes" if sink.decode_in_clickhouse and spec is GPU_SAMPLES else "Python decodes"
+    return (
+        f"{spec.record.__name__:<15} batch {sink.batch_rows:>7,} rows  {how:<18} {names:<48} "
+        f"{rows / run.elapsed_s:>10,.0f} rows/s  {len(records) / run.elapsed_s:>8,.0f} records/s"
+    )
+
+
+def bare_insert(records: list[Event], batch_rows: int) -> tuple[int, float]:
+    """GPU sample rows inserted into gpu_samples by a bare in-process chDB client, already
+    decoded and mapped (not timed): the rows and the CPU seconds of this process for the inserts."""
+    rows = [row for r in records for _, row in rows_of(Decoded(GPU_SAMPLES.name, 0, 0, None, r))]
+    with tempfile.TemporaryDirectory() as directory:
+        clickhouse = ClickHouseSettings(url=f"chdb://{directory}/chdb", database="bare")
+        for _line in migrate(clickhouse, samples_ttl_days=30):
+            pass
+        client = get_client(clickhouse, database="bare")
+        started = _cpu_s(os.getpid())
+        for at in range(0, len(rows), batch_rows):
+            columns = list(zip(*rows[at : at + batch_rows], strict=True))
+            client.insert(
+                SAMPLES_TABLE.name, columns, column_names=SAMPLES_TABLE.columns, column_oriented=True
+            )
+        cpu = _cpu_s(os.getpid()) - started
+        assert client.command("SELECT count() FROM gpu_samples") == len(rows)
+        client.close()
+    return len(rows), cpu
+
+
+def cpu_lines(settings, codec: AvroCodec, records: list[Event], batch_rows: int, first_run: int) -> list[str]:
+    """GPU samples per CPU-second: ClickHouse decoding, Python decoding, the bare client."""
+    lines = []
+    for run, native in enumerate((True, False), start=first_run):
+        sink = SinkSettings(batch_rows=batch_rows, batch_seconds=0.5, decode_in_clickhouse=native)
+        result = bench(settings, codec, GPU_SAMPLES, records, sink, run)
+        samples = result.tables[SAMPLES_TABLE.name]
+        cpu = result.sink_cpu_s + result.holder_cpu_s
+        steady = result.steady_sink_cpu_s + result.steady_holder_cpu_s
+        lines.append(
+            f"sink, {'ClickHouse' if native else 'Python':<10} decodes: {samples:,} samples in "
+            f"{result.elapsed_s:.2f} s, CPU sink {result.sink_cpu_s:.2f} s + holder "
+            f"{result.holder_cpu_s:.2f} s = {cpu:.2f} s"
+            f" -> {samples / cpu:>9,.0f} samples/CPU-s (sink + holder); once started: "
+            f"{result.steady_rows:,} samples, sink {result.steady_sink_cpu_s:.2f} s + holder "
+            f"{result.steady_holder_cpu_s:.2f} s -> {result.steady_rows / steady:>9,.0f} samples/CPU-s"
+        )
+    samples, cpu = bare_insert(records, batch_rows)
+    lines.append(
+        f"bare in-process chDB insert of the decoded rows: {samples:,} samples, CPU {cpu:.2f} s "
+        f"-> {samples / cpu:>9,.0f} samples/CPU-s"
+    )
+    return lines
 
 
 def guard_cost(codec: AvroCodec, spec: TopicSpec, records: list[Event]) -> str:
@@ -148,17 +246,26 @@ def guard_cost(codec: AvroCodec, spec: TopicSpec, records: list[Event]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=20_000, help="records per run")
+    parser.add_argument("--cpu-only", action="store_true", help="only the samples per CPU-second")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory, private_platform(Path(directory)) as settings:
         codec = AvroCodec(registry_client(settings.registry.url))
         run = 0
-        for spec in (GPU_SAMPLES, PODS, NODES):
-            print(guard_cost(codec, spec, _records(spec, args.records)), flush=True)
-        for spec in (GPU_SAMPLES, PODS, NODES):
-            records = _records(spec, args.records)
-            for batch_rows in (10_000, 100_000):
-                run += 1
-                print(bench(settings, codec, spec, records, batch_rows, run), flush=True)
+        if not args.cpu_only:
+            for spec in (GPU_SAMPLES, PODS, NODES):
+                print(guard_cost(codec, spec, _records(spec, args.records)), flush=True)
+            for spec in (GPU_SAMPLES, PODS, NODES):
+                records = _records(spec, args.records)
+                for batch_rows in (10_000, 100_000):
+                    for native in (True, False) if spec is GPU_SAMPLES else (True,):
+                        run += 1
+                        sink = SinkSettings(
+                            batch_rows=batch_rows, batch_seconds=0.5, decode_in_clickhouse=native
+                        )
+                        result = bench(settings, codec, spec, records, sink, run)
+                        print(rate_line(spec, records, sink, result), flush=True)
+        for line in cpu_lines(settings, codec, _records(GPU_SAMPLES, args.records), 100_000, run + 1):
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

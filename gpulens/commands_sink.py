@@ -80,7 +80,17 @@ def sink(
     )
     codec = AvroCodec(registry_client(settings.registry.url))
     tune_for_throughput()
-    run_sink(settings.kafka, codec, settings.clickhouse, options, stop, group_id=group_id, shard=shard)
+    registry_for_clickhouse = options.clickhouse_registry_url or settings.registry.url
+    run_sink(
+        settings.kafka,
+        codec,
+        settings.clickhouse,
+        options,
+        stop,
+        group_id=group_id,
+        shard=shard,
+        registry_url=registry_for_clickhouse if options.decode_in_clickhouse else None,
+    )
 
 
 @click.group()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -282,6 +282,17 @@ class Decoded:
     """The bytes it was decoded from (its wire format)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Undecoded:
+    """A record's bytes (its wire format) and where they came from, not decoded here."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
 class DecodingConsumer:
     """A consumer group member over catalog topics that yields validated records."""
 
@@ -325,7 +336,39 @@ class DecodingConsumer:
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Decoded]:
         """Up to ``max_records`` decoded records; bad ones are dead-lettered and skipped."""
-        decoded: list[Decoded] = []
+        return [item for message in self._fetch(max_records, timeout) if (item := self._decoded(message))]
+
+    def poll_undecoded(
+        self, undecoded: Collection[str], max_records: int = 500, timeout: float = 1.0
+    ) -> list[Decoded | Undecoded]:
+        """As :meth:`poll`, but records of the topics named in ``undecoded`` come as their bytes,
+        for a caller that has them decoded elsewhere (ClickHouse); it calls :meth:`decode` on
+        each one that fails there, so a bad record still reaches the DLQ with the decoder's
+        reason before the next :meth:`commit`."""
+        items: list[Decoded | Undecoded] = []
+        for message in self._fetch(max_records, timeout):
+            topic, value = message.topic() or "", message.value()
+            if topic in undecoded and value is not None:
+                items.append(
+                    Undecoded(topic, message.partition() or 0, message.offset() or 0, message.key(), value)
+                )
+            elif item := self._decoded(message):
+                items.append(item)
+        return items
+
+    def decode(self, item: Undecoded) -> Decoded | None:
+        """``item`` decoded as :meth:`poll` decodes; None when it went to the DLQ instead."""
+        try:
+            record = self._codec.decode(self._specs[item.topic], item.value)
+        except DecodeError as err:
+            self._dlq.send_read(item, err.reason.value, err.detail)
+            return None
+        return Decoded(item.topic, item.partition, item.offset, item.key, record, item.value)
+
+    def _fetch(self, max_records: int, timeout: float) -> list[Message]:
+        """Up to ``max_records`` records (errors and partition ends answered here), each counted
+        as polled: :meth:`commit` moves past it."""
+        messages: list[Message] = []
         for message in self._consumer.consume(self._idle.batch(max_records), timeout):
             error = message.error()
             if error is not None:
@@ -345,23 +388,25 @@ class DecodingConsumer:
                     raise ConsumeError(f"{message.topic()}/{message.partition()}: {error.str()}")
                 log.warning("transient consume error: %s", error.str())
                 continue
-            record = self._decode(message)
-            if record is not None:
-                decoded.append(
-                    Decoded(
-                        message.topic() or "",
-                        message.partition() or 0,
-                        message.offset() or 0,
-                        message.key(),
-                        record,
-                        message.value() or b"",
-                    )
-                )
+            messages.append(message)
             where = (message.topic() or "", message.partition() or 0)
             self._positions[where] = (message.offset() or 0) + 1
             self._idle.received(*where)
         self._idle.tick()
-        return decoded
+        return messages
+
+    def _decoded(self, message: Message) -> Decoded | None:
+        record = self._decode(message)
+        if record is None:
+            return None
+        return Decoded(
+            message.topic() or "",
+            message.partition() or 0,
+            message.offset() or 0,
+            message.key(),
+            record,
+            message.value() or b"",
+        )
 
     def _decode(self, message: Message) -> Record | None:
         topic = self._specs[message.topic() or ""]

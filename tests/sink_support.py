@@ -22,10 +22,10 @@ from consumers.clickhouse.settings import SinkSettings
 from consumers.clickhouse.sinking import run_sink
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
-from schemas.models import GpuSampleBatch, Record
+from schemas.models import DeadLetter, GpuSampleBatch, Record
 from schemas.sharding import UNSHARDED, Shard
 from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES, TopicSpec, record_key
+from schemas.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
 
 GPUS = 8
 """GPUs in each batch of :func:`sample_batches`."""
@@ -45,13 +45,25 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 class SinkThread:
     """The sink of one test: private topics, its own database, running in a thread."""
 
-    def __init__(self, platform, codec: AvroCodec, unique: str, settings: SinkSettings = FAST) -> None:
+    def __init__(
+        self,
+        platform,
+        codec: AvroCodec,
+        unique: str,
+        settings: SinkSettings = FAST,
+        *,
+        registry_url: str | None = None,
+    ) -> None:
+        """``registry_url``: the registry as ClickHouse is told to reach it (default: the platform's)."""
         self.clickhouse = platform.clickhouse.model_copy(update={"database": f"sink_{unique}"})
         self.topics = {
             spec.name: dataclasses.replace(spec, name=f"{spec.name}.{unique}") for spec in SINK_TOPICS
         }
         create_topics(platform.kafka, list(self.topics.values()))
         self._kafka, self._codec, self._settings = platform.kafka, codec, settings
+        self._registry_url = (
+            (registry_url or platform.registry.url) if settings.decode_in_clickhouse else None
+        )
         self.group = f"sink-{unique}"
         self._producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 5}))
         self._stop = threading.Event()
@@ -69,6 +81,7 @@ class SinkThread:
                     self._stop,
                     topics=list(self.topics.values()),
                     group_id=self.group,
+                    registry_url=self._registry_url,
                 )
             except BaseException as err:
                 self._error = err
@@ -117,6 +130,38 @@ class SinkThread:
             return int(self.scalar(f"SELECT count() FROM {table} FINAL WHERE {where}"))
         except (ClickHouseError, DatabaseError):  # no database yet: the sink is still migrating
             return -1
+
+
+def dead_letters(
+    platform,
+    codec: AvroCodec,
+    topics: set[str],
+    expected: int,
+    *,
+    consumer: str | None = None,
+    timeout: float = 60,
+) -> list[DeadLetter]:
+    """The dead letters from ``topics`` (by ``consumer``, if given), read from the DLQ's start
+    until ``expected`` are there."""
+    create_topics(platform.kafka, [DLQ])  # else a subscription to it waits for a metadata refresh
+    reader = Consumer(
+        platform.kafka.librdkafka(
+            **{"group.id": f"dlq-check-{time.monotonic_ns()}", "auto.offset.reset": "earliest"}
+        )
+    )
+    reader.subscribe([DLQ.name])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(letters) < expected and time.monotonic() < deadline:
+            for message in reader.consume(1000, 0.5):
+                if message.error() is None:
+                    letter = codec.decode(DLQ, message.value())
+                    if letter.source_topic in topics and consumer in (None, letter.consumer):
+                        letters.append(letter)
+    finally:
+        reader.close()
+    return letters
 
 
 def sample_batches(cluster: str, count: int, *, first: int = 0) -> list[GpuSampleBatch]:

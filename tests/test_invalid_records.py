@@ -6,23 +6,21 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from sink_support import SinkThread
+from confluent_kafka import Producer
+from sink_support import SinkThread, dead_letters
 
 from consumers.clickhouse.duplicates import DuplicateGuard
 from pipeline.operators import StateOperator
 from pipeline.running import StreamWorker, WorkerOptions
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
-from schemas.models import DeadLetter, Record
+from schemas.models import Record
 from schemas.sharding import Shard
-from schemas.topic_admin import create_topics
-from schemas.topics import DLQ, GPU_SAMPLES, NODES, PODS, TopicSpec, entity_key, record_key
+from schemas.topics import GPU_SAMPLES, NODES, PODS, TopicSpec, entity_key, record_key
 
 
 @pytest.fixture
@@ -30,38 +28,6 @@ def sink(platform, codec, unique):
     running = SinkThread(platform, codec, unique).start()
     yield running
     running.stop()
-
-
-def dead_letters(
-    platform,
-    codec: AvroCodec,
-    topics: set[str],
-    expected: int,
-    *,
-    consumer: str | None = None,
-    timeout: float = 60,
-) -> list[DeadLetter]:
-    """The dead letters from ``topics`` (by ``consumer``, if given), read from the DLQ's start
-    until ``expected`` are there."""
-    create_topics(platform.kafka, [DLQ])  # else a subscription to it waits for a metadata refresh
-    reader = Consumer(
-        platform.kafka.librdkafka(
-            **{"group.id": f"dlq-check-{time.monotonic_ns()}", "auto.offset.reset": "earliest"}
-        )
-    )
-    reader.subscribe([DLQ.name])
-    letters: list[DeadLetter] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(letters) < expected and time.monotonic() < deadline:
-            for message in reader.consume(1000, 0.5):
-                if message.error() is None:
-                    letter = codec.decode(DLQ, message.value())
-                    if letter.source_topic in topics and consumer in (None, letter.consumer):
-                        letters.append(letter)
-    finally:
-        reader.close()
-    return letters
 
 
 def produce(

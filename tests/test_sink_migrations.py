@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.migrating import load_migrations, migrate
 from consumers.clickhouse.queries import ADAPTER_VIEWS, DERIVED_TABLES
-from consumers.clickhouse.rows import TABLES
+from consumers.clickhouse.rows import INTAKE_TABLES, TABLES
 
 
 def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique) -> None:
@@ -26,7 +26,12 @@ def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique)
         "AND default_kind != 'MATERIALIZED' ORDER BY table, position"
     ).result_rows:
         columns.setdefault(table, []).append(column)
-    assert set(columns) == {t.name for t in TABLES} | {"schema_migrations", *ADAPTER_VIEWS, *DERIVED_TABLES}
+    assert set(columns) == {t.name for t in TABLES} | {
+        "schema_migrations",
+        *ADAPTER_VIEWS,
+        *DERIVED_TABLES,
+        *INTAKE_TABLES,
+    }
     for table in TABLES:
         assert columns[table.name] == list(table.columns), f"{table.name}: SQL and rows.py disagree"
 

@@ -47,9 +47,13 @@ class DuplicateGuard:
         not (first seen, the same content again, or not a producer event)."""
         if not isinstance(record, Event) or type(record) not in _GUARDED:
             return None
+        return self.conflict_of(record.event_id, value)
+
+    def conflict_of(self, key: str, value: bytes) -> str | None:
+        """Why the producer event ``key`` in ``value`` (its wire bytes) conflicts with an earlier
+        one; None if it does not."""
         schema_id = int.from_bytes(value[1:_HEADER])
         seen = schema_id << _HASH_BITS | hash(value) & _HASH_MASK  # the header too: no copy of the body
-        key = record.event_id
         first = self._young.get(key)
         if first is None:
             first = self._old.get(key)
@@ -57,6 +61,14 @@ class DuplicateGuard:
         if first is None or first == seen or first >> _HASH_BITS != schema_id:
             return None
         return f"event_id {key!r} was first seen with other content; the first is kept"
+
+    def forget(self, key: str, value: bytes) -> None:
+        """Forget ``key`` where ``value`` is the content remembered for it: a record checked
+        before it was decoded and then found undecodable is not a first that later ones conflict with."""
+        seen = int.from_bytes(value[1:_HEADER]) << _HASH_BITS | hash(value) & _HASH_MASK
+        for generation in (self._young, self._old):
+            if generation.get(key) == seen:
+                del generation[key]
 
     def _remember(self, key: str, content: int) -> None:
         if len(self._young) >= self._half:

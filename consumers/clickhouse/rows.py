@@ -32,7 +32,17 @@ from schemas.models import (
 )
 from schemas.topics import CATALOG, STATE_TOPICS, TopicSpec
 
-__all__ = ["MAPPERS", "SINK_TOPICS", "TABLES", "Row", "Table", "rows_of", "version"]
+__all__ = [
+    "DECODED_BY_CLICKHOUSE",
+    "INTAKE_TABLES",
+    "MAPPERS",
+    "SINK_TOPICS",
+    "TABLES",
+    "Row",
+    "Table",
+    "rows_of",
+    "version",
+]
 
 Row = tuple[Any, ...]
 
@@ -292,6 +302,30 @@ SINK_TOPICS: tuple[TopicSpec, ...] = tuple(
 )
 """The catalog topics the sink reads: event and derived topics (the state topics repeat the
 events the sink already stores)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """Where ClickHouse takes a record type's Kafka values as they are (``FORMAT AvroConfluent``)."""
+
+    table: str
+    """The table the values go into."""
+    into: str
+    """The table their rows land in (its materialized view's target)."""
+    rows_after: str
+    """The fields before the array whose items are the rows (``s`` string, ``l`` long): how
+    many rows a value becomes is read there (:func:`~consumers.clickhouse.peeking.array_length`)."""
+
+
+DECODED_BY_CLICKHOUSE: dict[type[Record], Intake] = {
+    GpuSampleBatch: Intake("gpu_sample_batches", GPU_SAMPLES.name, "sslss")
+}
+"""Record types the sink hands to ClickHouse undecoded: migration 0011's materialized view
+turns them into the rows their mapper above makes. Only where that view is a plain projection
+of the record."""
+
+INTAKE_TABLES = ("gpu_sample_batches", "gpu_samples_from_batches")
+"""What migration 0011 creates for them: the Null table the values go into, and its view."""
 
 
 def rows_of(item: Decoded) -> list[tuple[Table, Row]]:

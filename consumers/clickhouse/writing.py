@@ -1,4 +1,5 @@
-"""Writing rows into ClickHouse: columnar inserts, retried with backoff while it is away.
+"""Writing into ClickHouse: columnar inserts of rows, or Avro values ClickHouse decodes itself,
+retried with backoff while it is away.
 
 A temporary failure (unreachable, overloaded, timed out) is retried after the delays of
 ``SinkSettings.retry_backoff_s``, the last one repeating, until ClickHouse answers or the
@@ -61,12 +62,53 @@ def retrying(call: Callable[[], T], *, operation: str, backoff: Sequence[float],
 
 
 class TableWriter:
-    """Inserts rows of the sink's tables through one client."""
+    """Inserts rows of the sink's tables, or Avro values for ClickHouse to decode, through one client."""
 
-    def __init__(self, client: Client, *, backoff: Sequence[float], stop: threading.Event) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        backoff: Sequence[float],
+        stop: threading.Event,
+        registry_url: str | None = None,
+    ) -> None:
+        """``registry_url``: the schema registry as ClickHouse reaches it, for :meth:`write_avro`."""
         self._client = client
         self._backoff = backoff
         self._stop = stop
+        self._registry_url = registry_url
+
+    def write_avro(self, table: str, values: list[bytes], *, into: str, token: str) -> int:
+        """Insert Confluent-framed Avro ``values`` (Kafka values as they are) into ``table``,
+        decoded by ClickHouse (``FORMAT AvroConfluent``, writer schemas fetched from the
+        registry by id), retrying while it is away; returns the records ClickHouse read. The
+        metrics and retries name ``into``, the table the rows land in (as for :meth:`write`).
+
+        Raises :class:`~consumers.clickhouse.exceptions.StatementError` when it refuses them
+        (a value it cannot read, a row breaking the table's constraints): nothing is stored.
+        """
+        if self._registry_url is None:
+            raise ValueError("write_avro needs the registry URL ClickHouse fetches schemas from")
+        settings = {
+            "format_avro_schema_registry_url": self._registry_url,
+            "insert_deduplication_token": token,
+        }
+        body = b"".join(values)
+
+        def insert() -> tuple[int, int]:
+            started = time.perf_counter()
+            try:
+                summary = self._client.raw_insert(
+                    table, insert_block=body, fmt="AvroConfluent", settings=settings
+                )
+            except DriverError as err:
+                raise translate(err, f"inserting {len(values)} Avro records into {table}") from err
+            INSERT_SECONDS.labels(into).observe(time.perf_counter() - started)
+            return int(summary.summary.get("read_rows", len(values))), summary.written_rows
+
+        read, written = retrying(insert, operation=f"insert {into}", backoff=self._backoff, stop=self._stop)
+        ROWS_WRITTEN.labels(into).inc(max(written - read, 0))  # written: the values' table too
+        return read
 
     def write(self, table: Table, rows: list[Row], *, token: str) -> None:
         """Insert ``rows`` (column-oriented), retrying while ClickHouse is away."""

@@ -1,0 +1,216 @@
+"""GPU sample batches decoded by ClickHouse (``FORMAT AvroConfluent``) against the sink's own
+Python decoder, on the real broker, registry and embedded engine: the same records give the
+same gpu_samples rows, column for column, and a bad record among good ones goes to the DLQ
+with the reason the Python decoder gives it while every good one is stored once."""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from avro_damage import damaged
+from confluent_kafka import Producer
+from prometheus_client import REGISTRY
+from sink_support import FAST, SinkThread, dead_letters, wait_for
+
+from consumers.clickhouse.exceptions import ClickHouseUnavailable
+from schemas.codec import AvroCodec
+from schemas.examples import example_events
+from schemas.exceptions import DecodeError
+from schemas.models import GpuSample, GpuSampleBatch
+from schemas.topics import GPU_SAMPLES
+
+PYTHON = FAST.model_copy(update={"decode_in_clickhouse": False})
+ORDER = "cluster, node, device_id, event_time, event_id"
+
+
+def _varied(cluster: str, count: int, rng: random.Random) -> list[GpuSampleBatch]:
+    """Batches with every kind of value the model allows: nulls, bounds, big counters, text
+    beyond ASCII, no samples at all, up to 16 GPUs."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+
+    def maybe(value: float | int) -> float | int | None:
+        return None if rng.random() < 0.2 else value
+
+    def sample(i: int) -> GpuSample:
+        return GpuSample(
+            device_id=rng.choice([f"gpu-{i}", f"GPU-{i}-é✓", f"0000:{i:02x}:00.0"]),
+            index=i,
+            utilization_pct=maybe(rng.choice([0.0, 100.0, rng.uniform(0, 100)])),
+            memory_used_bytes=maybe(rng.randrange(0, 2**62)),
+            memory_total_bytes=maybe(rng.choice([0, 192 * 2**30])),
+            temperature_edge_c=maybe(rng.uniform(0, 120)),
+            temperature_junction_c=maybe(rng.uniform(0, 120)),
+            temperature_memory_c=maybe(rng.uniform(0, 120)),
+            power_watts=maybe(rng.uniform(0, 1500)),
+            energy_joules=maybe(rng.uniform(0, 1e15)),
+            sm_clock_mhz=maybe(rng.uniform(0, 3000)),
+            memory_clock_mhz=maybe(rng.uniform(0, 3000)),
+            pcie_bandwidth_mbps=maybe(rng.uniform(0, 64000)),
+            ecc_correctable=maybe(rng.randrange(0, 2**40)),
+            ecc_uncorrectable=maybe(rng.randrange(0, 2**40)),
+        )
+
+    return [
+        GpuSampleBatch(
+            event_id=f"{cluster}-{n}",
+            cluster=cluster,
+            event_time=start + timedelta(milliseconds=rng.randrange(0, 3_600_000)),
+            source=rng.choice(["node-agent", "replay:alibaba-v2023", "agent-ü"]),
+            node=rng.choice([f"node-{n % 7}", "nœud-1"]),
+            samples=[sample(i) for i in range(rng.choice([0, 1, 8, 16]))],
+        )
+        for n in range(count)
+    ]
+
+
+def _produce(platform, sink: SinkThread, values: list[bytes]) -> None:
+    topic = sink.topics[GPU_SAMPLES.name]
+    producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 5}))
+    for value in values:
+        producer.produce(topic.name, key=b"k", value=value)
+    assert producer.flush(30) == 0
+
+
+def _rows(sink: SinkThread) -> list[tuple]:
+    return sink.client().query(f"SELECT * FROM gpu_samples FINAL ORDER BY {ORDER}").result_rows
+
+
+@pytest.fixture
+def both(platform, codec, unique):
+    """A sink that hands GPU samples to ClickHouse, and one that decodes them in Python."""
+    native = SinkThread(platform, codec, f"{unique}n").start()
+    python = SinkThread(platform, codec, f"{unique}p", PYTHON).start()
+    yield native, python
+    native.stop()
+    python.stop()
+
+
+def test_clickhouse_and_python_decoding_store_the_same_rows(platform, codec, both, unique) -> None:
+    native, python = both
+    records = _varied(f"same-{unique}", 600, random.Random(15))
+    for sink in both:
+        sink.publish(GPU_SAMPLES, records)
+    expected = sum(len(r.samples) for r in records)
+    for sink in both:
+        sink.wait_rows("gpu_samples", expected, timeout=60)
+
+    rows = _rows(native)
+    assert len(rows) == expected
+    assert rows == _rows(python), "every column of every row the same, whichever side decoded"
+    assert native.scalar("SELECT count() FROM gpu_sample_batches") == 0, "the Null table keeps nothing"
+
+
+def _bad_values(codec: AvroCodec, valid: GpuSampleBatch, rng: random.Random) -> list[bytes]:
+    """Values the Python decoder refuses: damaged bytes of every kind, and valid Avro breaking
+    the model's rules (whose ids are the valid record's: only a decodable one conflicts)."""
+    value = codec.encode(GPU_SAMPLES, valid)
+    gpu = valid.samples[0]
+    rules = [
+        *(valid.model_copy(update={"samples": [gpu.model_copy(update={"utilization_pct": v})]})
+          for v in (math.nan, math.inf, -1.0, 100.5)),
+        *(valid.model_copy(update={"samples": [gpu.model_copy(update={f: -1})]})
+          for f in ("index", "memory_used_bytes", "ecc_uncorrectable")),
+        valid.model_copy(update={"samples": [gpu.model_copy(update={"power_watts": -math.inf})]}),
+        valid.model_copy(update={"node": ""}),
+        valid.model_copy(update={"source": ""}),
+        *(valid.model_copy(update={"event_time": at})
+          for at in (datetime(2100, 1, 1, tzinfo=UTC), datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
+                     datetime(9999, 12, 31, tzinfo=UTC), datetime(1, 1, 2, tzinfo=UTC))),
+    ]  # fmt: skip
+    junk = [
+        b"\x07" + rng.randbytes(40),
+        b"\x00\x00",
+        struct.pack(">bI", 0, 999_999) + value[5:],
+        value[:5] + b"\xff\xfe garbage \x00\x01",
+        value[:5] + b"\x04\xff\xfe" + value[7:],  # an id that is no UTF-8
+        value + b"\x00",  # a byte left over
+        value[:-1],  # one short
+    ]
+    variants = [v for v in damaged(value, rng) if _refused(codec, v)]
+    return [
+        *(codec.encode(GPU_SAMPLES, record) for record in rules),
+        *junk,
+        *rng.sample(variants, 120),
+    ]
+
+
+def _refused(codec: AvroCodec, value: bytes) -> bool:
+    try:
+        codec.decode(GPU_SAMPLES, value)
+    except DecodeError:
+        return True
+    return False
+
+
+def _reason(codec: AvroCodec, value: bytes) -> str:
+    try:
+        codec.decode(GPU_SAMPLES, value)
+    except DecodeError as err:
+        return err.reason.value
+    raise AssertionError("a value the decoder reads is no bad value")
+
+
+def test_a_refused_batch_is_split_and_each_bad_record_dead_lettered_with_the_decoders_reason(
+    platform, codec, unique
+) -> None:
+    rng = random.Random(2026)
+    cluster = f"bad-{unique}"
+    good = _varied(cluster, 400, rng)
+    template = example_events(cluster)[GPU_SAMPLES]
+    valid = template.model_copy(update={"event_id": f"{cluster}-bad"})
+    bad = _bad_values(codec, valid, rng)
+    for value in bad:
+        assert _refused(codec, value), value
+    sink = SinkThread(platform, codec, unique).start()
+    try:
+        topic = sink.topics[GPU_SAMPLES.name]
+        values = [codec.encode(topic, r) for r in good] + bad
+        rng.shuffle(values)
+        _produce(platform, sink, values)
+        letters = dead_letters(platform, codec, {topic.name}, len(bad), timeout=120)
+        expected_samples = sum(len(r.samples) for r in good)
+        sink.wait_rows("gpu_samples", expected_samples, timeout=60)
+        rows = sink.scalar(f"SELECT count() FROM gpu_samples WHERE cluster = '{cluster}'")
+        ids = sink.scalar(f"SELECT uniqExact(event_id) FROM gpu_samples WHERE cluster = '{cluster}'")
+    finally:
+        sink.stop()
+
+    assert Counter(letter.reason for letter in letters) == Counter(_reason(codec, v) for v in bad)
+    assert sorted(letter.value or b"" for letter in letters) == sorted(bad), "each bad record once"
+    assert rows == expected_samples, "every good sample stored once (no part of a batch twice)"
+    assert ids == sum(1 for r in good if r.samples)
+
+
+def test_records_wait_while_clickhouse_cannot_reach_the_registry_and_are_stored_once_after(
+    platform, codec, unique
+) -> None:
+    """A registry outage is not the records' fault (as for the Python decoder): nothing is
+    dead-lettered or committed, and a sink that reaches it stores every record once."""
+    cluster = f"noreg-{unique}"
+    records = _varied(cluster, 150, random.Random(7))
+    expected = sum(len(r.samples) for r in records)
+    retries = {"operation": "insert gpu_samples"}
+    before = REGISTRY.get_sample_value("gpulens_sink_retries_total", retries) or 0
+    blind = SinkThread(platform, codec, unique, registry_url="http://127.0.0.1:9").start()  # nobody there
+    blind.publish(GPU_SAMPLES, records)
+    wait_for(
+        lambda: (REGISTRY.get_sample_value("gpulens_sink_retries_total", retries) or 0) >= before + 3,
+        60,
+        "inserts retried",
+    )
+    assert blind.scalar("SELECT count() FROM gpu_samples") == 0
+    with pytest.raises(ClickHouseUnavailable):
+        blind.stop()
+
+    sink = SinkThread(platform, codec, unique).start()
+    try:
+        sink.wait_rows("gpu_samples", expected, timeout=60)
+        assert sink.scalar("SELECT count() FROM gpu_samples") == expected
+    finally:
+        sink.stop()
+    assert not dead_letters(platform, codec, {sink.topics[GPU_SAMPLES.name].name}, 1, timeout=3)
