@@ -36,7 +36,7 @@ from schemas.dead_letters import DeadLetterPublisher
 from schemas.exceptions import DecodeError, GPULensError
 from schemas.lag import LagError, RecordLag, per_topic
 from schemas.models import Record
-from schemas.retrying import is_transient, retry_transient, transient_failure
+from schemas.retrying import TRANSIENT_ERRORS, is_transient, retry_transient, transient_failure
 from schemas.settings import KafkaSettings
 from schemas.topics import TopicSpec
 
@@ -247,6 +247,7 @@ class IdlePartitions:
         try:
             self._consumer.get_watermark_offsets(TopicPartition(*partition), timeout=1, cached=False)
         except KafkaException as err:  # the broker is away: the fetch will tell
+            TRANSIENT_ERRORS.labels("wake fetcher").inc()  # an idle consumer's only sign of it
             log.debug("waking the fetcher of %s/%d: %s", *partition, err)
 
     def batch(self, wanted: int) -> int:
