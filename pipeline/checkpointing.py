@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.exceptions import CycleAborted
+from pipeline.hanging_transactions import StableOffsets
 from schemas.retrying import is_transient, retry_transient
 from schemas.settings import KafkaSettings
 from schemas.state_log import StateLog
@@ -86,18 +87,34 @@ class Checkpoint:
         group_id: str,
         parts: dict[str, Stateful],
     ) -> None:
-        self._producer, self._consumer = producer, consumer
+        self._kafka, self._producer, self._consumer = kafka, producer, consumer
         self._parts = parts
         self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
         self.written = 0
         """State records written since start."""
 
+    @property
+    def topics(self) -> list[str]:
+        """The state logs' topics."""
+        return [state_log.topic for state_log in self._logs.values()]
+
     def restore(self) -> int:
-        """Load every part from its state log; the number of live keys loaded."""
+        """Load every part from its state log; the number of live keys loaded.
+
+        Call it after fencing the earlier incarnations: a transaction still open on a state log
+        then has no live owner (a broker restart made it forget the transaction), and it would
+        hide every later write from the restore; it is aborted first
+        (:mod:`pipeline.hanging_transactions`)."""
+        for state_log in self._logs.values():
+            state_log.create()
+        offsets = StableOffsets(self._kafka, f"{self.topics[0]}-restore")
+        try:
+            offsets.abort_open((topic, 0) for topic in self.topics)
+        finally:
+            offsets.close()
         loaded = 0
         for name, part in self._parts.items():
             state_log = self._logs[name]
-            state_log.create()
             for raw, value in state_log.restore().entries.items():
                 part.load(decode_key(raw), json.loads(value))
                 loaded += 1
