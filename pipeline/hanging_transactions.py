@@ -264,7 +264,7 @@ class HangingTransactionReaper:
             topics = sorted(self._topics)
         try:
             for topic in topics:
-                if topic not in self._partitions:
+                if not self._partitions.get(topic):  # unknown, or not created yet
                     self._partitions[topic] = self._offsets.partitions(topic)
             held = {
                 (topic, p): stable
