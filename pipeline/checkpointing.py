@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
@@ -41,6 +42,15 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT_S = 5.0
 """Each transactional call's own timeout: a call timed out is repeated (it resumes where it
 was), so this bounds only how long a stop waits for the broker, not how long a commit may take."""
+WEDGED_S = 60.0
+"""A transactional call still blocked this long ignored its timeout: librdkafka's
+``send_offsets_to_transaction`` can wait forever for a group coordinator (librdkafka#5456; seen
+after a SIGKILL and restart of noida-db). Nothing in the process can end that call, and SIGTERM
+is no longer honoured, so the process exits (code :data:`WEDGED_EXIT`): a restart fences the
+wedged producer and redoes the cycle from the last checkpoint. Below the worker's
+``hanging_transaction_s``, so the worker exits before its own open transaction counts as hanging."""
+WEDGED_EXIT = 75
+"""Exit status of a process whose transactional call wedged (EX_TEMPFAIL: run it again)."""
 
 
 StateKey = tuple[Any, ...]
@@ -157,7 +167,7 @@ class Checkpoint:
 
     def _transactional(self, call: Callable[[], None], operation: str, stop: threading.Event | None) -> None:
         try:
-            retry_transient(call, operation=operation, stop=stop, transient=_retriable)
+            retry_transient(_watched(call, operation), operation=operation, stop=stop, transient=_retriable)
         except KafkaException as err:
             error: KafkaError = err.args[0]
             if error.fatal() or not error.txn_requires_abort():
@@ -165,6 +175,26 @@ class Checkpoint:
             log.warning("%s failed, the transaction must be aborted: %s", operation, error)
             self.abort(stop=stop)
             raise CycleAborted(f"{operation}: {error.str()}; the cycle was aborted") from err
+
+
+def _watched(call: Callable[[], None], operation: str) -> Callable[[], None]:
+    """``call``, ending the process when it blocks past :data:`WEDGED_S`."""
+
+    def wedged() -> None:
+        log.critical("%s blocked for %.0f s past its timeout: exiting to be restarted", operation, WEDGED_S)
+        logging.shutdown()
+        os._exit(WEDGED_EXIT)
+
+    def watched() -> None:
+        watchdog = threading.Timer(WEDGED_S, wedged)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            call()
+        finally:
+            watchdog.cancel()
+
+    return watched
 
 
 def _retriable(err: KafkaException) -> bool:
