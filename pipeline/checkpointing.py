@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.exceptions import CycleAborted
+from pipeline.hanging_transactions import StableOffsets
 from schemas.retrying import is_transient, retry_transient
 from schemas.settings import KafkaSettings
 from schemas.state_log import StateLog
@@ -40,6 +42,15 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT_S = 5.0
 """Each transactional call's own timeout: a call timed out is repeated (it resumes where it
 was), so this bounds only how long a stop waits for the broker, not how long a commit may take."""
+WEDGED_S = 60.0
+"""A transactional call still blocked this long ignored its timeout: librdkafka's
+``send_offsets_to_transaction`` can wait forever for a group coordinator (librdkafka#5456; seen
+after a SIGKILL and restart of noida-db). Nothing in the process can end that call, and SIGTERM
+is no longer honoured, so the process exits (code :data:`WEDGED_EXIT`): a restart fences the
+wedged producer and redoes the cycle from the last checkpoint. Below the worker's
+``hanging_transaction_s``, so the worker exits before its own open transaction counts as hanging."""
+WEDGED_EXIT = 75
+"""Exit status of a process whose transactional call wedged (EX_TEMPFAIL: run it again)."""
 
 
 StateKey = tuple[Any, ...]
@@ -86,18 +97,34 @@ class Checkpoint:
         group_id: str,
         parts: dict[str, Stateful],
     ) -> None:
-        self._producer, self._consumer = producer, consumer
+        self._kafka, self._producer, self._consumer = kafka, producer, consumer
         self._parts = parts
         self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
         self.written = 0
         """State records written since start."""
 
+    @property
+    def topics(self) -> list[str]:
+        """The state logs' topics."""
+        return [state_log.topic for state_log in self._logs.values()]
+
     def restore(self) -> int:
-        """Load every part from its state log; the number of live keys loaded."""
+        """Load every part from its state log; the number of live keys loaded.
+
+        Call it after fencing the earlier incarnations: a transaction still open on a state log
+        then has no live owner (a broker restart made it forget the transaction), and it would
+        hide every later write from the restore; it is aborted first
+        (:mod:`pipeline.hanging_transactions`)."""
+        for state_log in self._logs.values():
+            state_log.create()
+        offsets = StableOffsets(self._kafka, f"{self.topics[0]}-restore")
+        try:
+            offsets.abort_open((topic, 0) for topic in self.topics)
+        finally:
+            offsets.close()
         loaded = 0
         for name, part in self._parts.items():
             state_log = self._logs[name]
-            state_log.create()
             for raw, value in state_log.restore().entries.items():
                 part.load(decode_key(raw), json.loads(value))
                 loaded += 1
@@ -140,7 +167,7 @@ class Checkpoint:
 
     def _transactional(self, call: Callable[[], None], operation: str, stop: threading.Event | None) -> None:
         try:
-            retry_transient(call, operation=operation, stop=stop, transient=_retriable)
+            retry_transient(_watched(call, operation), operation=operation, stop=stop, transient=_retriable)
         except KafkaException as err:
             error: KafkaError = err.args[0]
             if error.fatal() or not error.txn_requires_abort():
@@ -148,6 +175,26 @@ class Checkpoint:
             log.warning("%s failed, the transaction must be aborted: %s", operation, error)
             self.abort(stop=stop)
             raise CycleAborted(f"{operation}: {error.str()}; the cycle was aborted") from err
+
+
+def _watched(call: Callable[[], None], operation: str) -> Callable[[], None]:
+    """``call``, ending the process when it blocks past :data:`WEDGED_S`."""
+
+    def wedged() -> None:
+        log.critical("%s blocked for %.0f s past its timeout: exiting to be restarted", operation, WEDGED_S)
+        logging.shutdown()
+        os._exit(WEDGED_EXIT)
+
+    def watched() -> None:
+        watchdog = threading.Timer(WEDGED_S, wedged)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            call()
+        finally:
+            watchdog.cancel()
+
+    return watched
 
 
 def _retriable(err: KafkaException) -> bool:

@@ -56,6 +56,7 @@ from pipeline.alignment import Alignment
 from pipeline.checkpointing import Checkpoint, Stateful
 from pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
 from pipeline.exceptions import CycleAborted, LateEvent, PipelineError
+from pipeline.hanging_transactions import HangingTransactionReaper
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from pipeline.operators import INPUT_ORDER, Operator, Row
 from pipeline.positions import InputPositions
@@ -78,7 +79,7 @@ from schemas.producing import produce_with_backpressure
 from schemas.retrying import is_transient, retry_transient, transient_failure
 from schemas.settings import KafkaSettings
 from schemas.sharding import UNSHARDED, Shard
-from schemas.topics import TopicSpec, record_key
+from schemas.topics import DLQ, TopicSpec, record_key
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,11 @@ class WorkerOptions:
     """Which clusters this worker keeps (by record key); every one by default."""
     bounds: EventTimeBounds = DEFAULT_BOUNDS
     """Event times the worker applies; records outside go to the DLQ."""
+    hanging_transaction_s: float = 75.0
+    """A transaction open this long on a partition the worker writes (its first record the
+    partition's last stable offset all along, the broker answering) is aborted: a broker that
+    forgot it (noida-db after a SIGKILL) never would. Above librdkafka's default
+    ``transaction.timeout.ms`` (60 s), after which Apache Kafka aborts it itself."""
 
 
 class StreamWorker:
@@ -201,6 +207,12 @@ class StreamWorker:
             group_id=options.group_id,
             parts=parts | {"positions": self._positions, "clocks": self._clocks},
         )
+        self._reaper = HangingTransactionReaper(
+            kafka, options.group_id, after_s=options.hanging_transaction_s
+        )
+        self._reaper.watch([*self._checkpoint.topics, DLQ.name])
+        self._written: set[str] = set()
+        """Topics this worker has published to (watched for hanging transactions)."""
         started = time.monotonic()
         restored = self._checkpoint.restore()
         RESTORED.set(restored)
@@ -316,6 +328,7 @@ class StreamWorker:
         """Process until ``stop`` is set; commits what was processed before returning."""
         partitions = [TopicPartition(t, p) for t, p in self._ends.since]
         lag = LagMonitor(self._kafka, self._options.group_id, partitions).start()
+        reaper = self._reaper.start()
         try:
             while not stop.is_set():
                 if not self.step(stop=stop):
@@ -327,6 +340,7 @@ class StreamWorker:
                 raise
             log.warning("stopping with the broker away (%s): a restart redoes the open cycle", err)
         finally:
+            reaper.stop()
             lag.stop()
             self._consumer.close()
 
@@ -533,6 +547,9 @@ class StreamWorker:
             key, value = row.key, None
         else:
             key, value = record_key(spec, row), self._codec.encode(spec, row)
+        if spec.name not in self._written:
+            self._written.add(spec.name)
+            self._reaper.watch([spec.name])
         produce_with_backpressure(self._producer, spec.name, key=key, value=value)
 
     def _commit(self, *, claim: bool = False, stop: threading.Event | None = None) -> None:
