@@ -252,6 +252,9 @@ def worker(
         allowed_lateness_ms=round(allowed_lateness_s * 1000),
         hold_records=hold_records,
         shard=shard,
+        # Only the embedded noida-db forgets open transactions (pipeline.hanging_transactions);
+        # elsewhere the broker's coordinator aborts them, and raw requests are not ours to send.
+        hanging_transaction_s=75.0 if settings.platform.broker == "noida" else None,
         bounds=EventTimeBounds(
             max_ahead_ms=round(max_ahead_s * 1000), max_behind_ms=round(max_behind_s * 1000)
         ),

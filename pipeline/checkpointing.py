@@ -96,9 +96,12 @@ class Checkpoint:
         *,
         group_id: str,
         parts: dict[str, Stateful],
+        abort_forgotten: bool = True,
     ) -> None:
         self._kafka, self._producer, self._consumer = kafka, producer, consumer
         self._parts = parts
+        self._abort_forgotten = abort_forgotten
+        """Abort transactions still open on the state logs at restore (a broker that forgets them)."""
         self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
         self.written = 0
         """State records written since start."""
@@ -117,11 +120,12 @@ class Checkpoint:
         (:mod:`pipeline.hanging_transactions`)."""
         for state_log in self._logs.values():
             state_log.create()
-        offsets = StableOffsets(self._kafka, f"{self.topics[0]}-restore")
-        try:
-            offsets.abort_open((topic, 0) for topic in self.topics)
-        finally:
-            offsets.close()
+        if self._abort_forgotten:
+            offsets = StableOffsets(self._kafka, f"{self.topics[0]}-restore")
+            try:
+                offsets.abort_open((topic, 0) for topic in self.topics)
+            finally:
+                offsets.close()
         loaded = 0
         for name, part in self._parts.items():
             state_log = self._logs[name]

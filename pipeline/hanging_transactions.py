@@ -225,10 +225,16 @@ class StableOffsets:
 
 class HangingTransactionReaper:
     """Watches the partitions of topics in a background thread and aborts a transaction whose
-    first record stayed the partition's last stable offset for ``after_s`` of answered checks."""
+    first record stayed the partition's last stable offset for ``after_s`` of answered checks
+    (``None``: never; the broker's own transaction timeout does it)."""
 
     def __init__(
-        self, kafka: KafkaSettings, group_id: str, *, after_s: float = 75.0, interval_s: float = 10.0
+        self,
+        kafka: KafkaSettings,
+        group_id: str,
+        *,
+        after_s: float | None = 75.0,
+        interval_s: float = 10.0,
     ) -> None:
         self._kafka, self._group_id = kafka, group_id
         self._after_s, self._interval_s = after_s, interval_s
@@ -246,8 +252,9 @@ class HangingTransactionReaper:
             self._topics.update(topics)
 
     def start(self) -> HangingTransactionReaper:
-        self._offsets = StableOffsets(self._kafka, f"{self._group_id}-txn-reaper")
-        self._thread.start()
+        if self._after_s is not None:
+            self._offsets = StableOffsets(self._kafka, f"{self._group_id}-txn-reaper")
+            self._thread.start()
         return self
 
     def stop(self) -> None:
@@ -259,7 +266,7 @@ class HangingTransactionReaper:
 
     def check(self, now: float) -> None:
         """One round over the watched partitions (the broker not answering restarts every count)."""
-        assert self._offsets is not None, "start() first"
+        assert self._offsets is not None and self._after_s is not None, "start() first, with after_s"
         with self._lock:
             topics = sorted(self._topics)
         try:
@@ -277,9 +284,9 @@ class HangingTransactionReaper:
             self._since.clear()
             return
         since: dict[tuple[str, int], tuple[int, float]] = {}
-        for partition, stable in held.items():
-            seen = self._since.get(partition)
-            since[partition] = seen if seen is not None and seen[0] == stable else (stable, now)
+        for where, lso in held.items():
+            seen = self._since.get(where)
+            since[where] = seen if seen is not None and seen[0] == lso else (lso, now)
         self._since = since
         for (topic, partition), (stable, first_seen) in list(since.items()):
             if now - first_seen < self._after_s:

@@ -146,11 +146,12 @@ class WorkerOptions:
     """Which clusters this worker keeps (by record key); every one by default."""
     bounds: EventTimeBounds = DEFAULT_BOUNDS
     """Event times the worker applies; records outside go to the DLQ."""
-    hanging_transaction_s: float = 75.0
+    hanging_transaction_s: float | None = 75.0
     """A transaction open this long on a partition the worker writes (its first record the
     partition's last stable offset all along, the broker answering) is aborted: a broker that
     forgot it (noida-db after a SIGKILL) never would. Above librdkafka's default
-    ``transaction.timeout.ms`` (60 s), after which Apache Kafka aborts it itself."""
+    ``transaction.timeout.ms`` (60 s), after which Apache Kafka aborts it itself. ``None``: left
+    to the broker (a real Kafka's coordinator), and nothing is aborted at restore either."""
 
 
 class StreamWorker:
@@ -206,6 +207,7 @@ class StreamWorker:
             self._consumer,
             group_id=options.group_id,
             parts=parts | {"positions": self._positions, "clocks": self._clocks},
+            abort_forgotten=options.hanging_transaction_s is not None,
         )
         self._reaper = HangingTransactionReaper(
             kafka, options.group_id, after_s=options.hanging_transaction_s
