@@ -8,16 +8,22 @@ low watermarks, against the offsets the test itself chose.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import GPULensSettings
+from gpulens.draining import pipeline_groups
+from gpulens.main_job import RETENTION, pipeline_specs
 from infra.retaining import Retainer, RetentionPolicy
 from schemas.models import PodEvent
-from schemas.topics import DAY_MS, TopicSpec
+from schemas.topics import DAY_MS, GPU_SAMPLES, TopicSpec
 
 PARTITIONS = 2
 OLD, NEW = 10, 10
@@ -64,12 +70,12 @@ def consume_to(platform: GPULensSettings, group: str, topic: str, offsets: dict[
     consumer.close()
 
 
-def low_watermarks(platform: GPULensSettings, topic: str) -> dict[int, int]:
+def low_watermarks(platform: GPULensSettings, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
     consumer = Consumer(platform.kafka.librdkafka(**{"group.id": "retention-test-reader"}))
     try:
         return {
             p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0]
-            for p in range(PARTITIONS)
+            for p in range(partitions)
         }
     finally:
         consumer.close()
@@ -159,3 +165,41 @@ def test_ignored_groups_hold_nothing_back_and_unread_partitions_stay(
 
     # partition 1: the only group that committed there is ignored, and no one else read it
     assert low_watermarks(platform, events.name) == {0: 17, 1: 0}
+
+
+def test_gpulens_retention_waits_for_every_pipeline_group(
+    own_platform: tuple[GPULensSettings, Path], unique: str
+) -> None:
+    """`gpulens retention` holds the GPU samples until the worker, the sink and the exporter
+    have each committed past them: a pipeline group not started yet loses nothing."""
+    settings, config = own_platform
+    producer = Producer(settings.kafka.librdkafka())
+    for partition in range(GPU_SAMPLES.partitions):
+        for _ in range(10):
+            producer.produce(GPU_SAMPLES.name, b"v", partition=partition)
+    assert producer.flush(30) == 0
+    everything = dict.fromkeys(range(GPU_SAMPLES.partitions), 10)
+    groups = pipeline_groups(settings)
+    env = {**os.environ, "GPULENS_RETENTION__KEEP_S": "0"}
+    once = [sys.executable, "-m", "gpulens", "--config", str(config), "retention", "--once"]
+
+    for group in groups:
+        assert subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout == ""
+        assert set(low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions).values()) == {0}
+        consume_to(settings, group, GPU_SAMPLES.name, everything)
+    deleted = subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions) == everything
+    assert deleted.splitlines() == [
+        f"{GPU_SAMPLES.name}/{p}: deleted 10 records below 10" for p in range(GPU_SAMPLES.partitions)
+    ]
+
+
+def test_gpulens_up_runs_the_job_on_the_embedded_noida_broker_only() -> None:
+    def runs(**settings: object) -> bool:
+        return RETENTION in pipeline_specs(GPULensSettings.model_validate(settings), None)
+
+    assert runs()
+    assert not runs(retention={"interval_s": 0})
+    assert not runs(platform={"broker": "external"})
+    assert not runs(platform={"broker": "tansu"})
