@@ -1,15 +1,17 @@
 """Retention on the embedded broker: DeleteRecords of what every consumer group has consumed.
 
 noida-db keeps every record of every partition in memory (8 MB to 1.5 GB in 220 s at 20,000
-GPUs). It does enforce a topic's ``retention.ms`` and ``retention.bytes`` itself (measured:
-README, "Broker retention"), but that retention ignores consumers, and the catalog's is days
+GPUs). It enforces a topic's ``retention.ms`` and ``retention.bytes`` itself only per segment,
+and with the default ``segment.ms`` (7 days) nothing ever rolls (measured: README, "Retention
+on the embedded broker"); that retention would also ignore consumers, and the catalog's is days
 long (the topics are public: a subscriber may come back tomorrow). So a pass here cuts each
 partition of every catalog topic with ``cleanup.policy=delete`` at the lower of
 
 - the least offset committed on it by any consumer group (a record some group has not
-  consumed stays), where each of the ``required`` groups must have committed on every
-  partition of the topics it reads (a pipeline group that has not started, or reads a partition
-  from its first record without a commit yet, holds the whole partition back); and
+  consumed stays; a partition no group has committed on stays whole), where each of the
+  ``required`` groups must have committed on every partition of the topics it reads (a
+  pipeline group that has not started, or reads a partition from its first record without a
+  commit yet, holds the whole partition back); and
 - the first offset whose timestamp lies within the topic's retention (the catalog's
   ``retention.ms``, capped at ``keep_ms``: the embedded broker cannot hold days of samples),
 
