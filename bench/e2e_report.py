@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from bench.e2e_probes import Usage
 
-SYSTEM = ("broker", "registry", "clickhouse", "worker", "sink", "exporter")
+SYSTEM = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "retention")
 """The processes under test; the simulator (the GPU nodes' agents) and the benchmark are not."""
 GROWTH_SHARE = 0.05
 """Lag grows when it rises by more than this share of the group's input rate ..."""

@@ -8,7 +8,9 @@ starts a private platform (noida-db broker, schema registry, chDB holder: free p
 temporary directory), then the pipeline as a deployment runs it, as subprocesses: ``gpulens
 worker --window 30 --processors allocation,workloads,alerts,changelog`` (the Kubernetes
 manifest's worker: node rows and the cluster overview on), ``gpulens sink`` (default batches:
-100,000 rows or 1 s) and ``gpulens exporter`` (``--no-exporter`` leaves it out). Then the
+100,000 rows or 1 s), ``gpulens exporter`` (``--no-exporter`` leaves it out) and, on noida-db,
+``gpulens retention`` (its job holds records the exporter's group has not consumed: without the
+exporter it deletes no GPU samples). Then the
 simulator (:mod:`bench.e2e_simulator`: `gpulens simulate`'s code with an exact start) publishes
 the cluster at real time for ``--duration`` s, and the run waits up to ``--drain-timeout`` s
 for the pipeline to catch up. Measured, over the *steady window* (``--warmup`` s after the
@@ -32,7 +34,8 @@ start, when the burst of every node joining is over, to the end of publishing):
   trend exceeds 5 % of the input rate and the end lag exceeds 6 s of input;
 * **CPU** (user + system seconds over wall seconds of the steady window, % of one core; this
   machine has 2) and **peak RSS** (VmHWM) of each process from ``/proc``, and the most RSS the
-  system under test (broker, registry, ClickHouse holder, worker, sink, exporter) held at once.
+  system under test (broker, registry, ClickHouse holder, worker, sink, exporter, retention)
+  held at once.
 
 A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), rows are missing at the
 end, or the simulator cannot publish an interval's batches within the interval (it shares the
@@ -77,13 +80,14 @@ from bench.e2e_report import (
 )
 from consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.config import GPULensSettings
+from gpulens.main_job import RETENTION, pipeline_specs
 from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, manager, private_platform
 from infra.launching import port_open
 from pipeline.operators import INPUT_ORDER
 from schemas.topic_admin import create_topics
 from schemas.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, NODES, PODS, WATERMARKS, WORKLOADS
 
-ORDER = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "simulator", "bench")
+ORDER = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "retention", "simulator", "bench")
 SIMULATED = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, WORKLOADS, GPU_SAMPLES, WATERMARKS)
 """The topics the simulator publishes to."""
 PROBE_GROUP = "gpulens-e2e-probe"
@@ -204,12 +208,19 @@ def _pipeline(settings: GPULensSettings, config: Path, logs: Path, options: Opti
         processes.start(
             "worker",
             [*gpulens, "worker", "--window", str(options.window_s), "--processors", options.processors],
-            ready=processes.logged("worker", "resuming after"),
+            ready=processes.logged("worker", "pipeline.running: worker "),
         )
         if options.exporter:
             exporter = settings.exporter
             processes.start(
                 "exporter", [*gpulens, "exporter"], ready=lambda: port_open(exporter.host, exporter.port)
+            )
+        if RETENTION in pipeline_specs(settings, config):  # as `gpulens up` runs it on noida-db
+            retention = settings.retention
+            processes.start(
+                RETENTION,
+                [*gpulens, "retention"],
+                ready=lambda: port_open(retention.metrics_host, retention.metrics_port),
             )
         yield processes
     finally:

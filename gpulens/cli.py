@@ -17,6 +17,7 @@ from gpulens.commands_agent import agent
 from gpulens.commands_exporter import exporter
 from gpulens.commands_gateway import gateway
 from gpulens.commands_replay import replay
+from gpulens.commands_retention import retention
 from gpulens.commands_simulate import simulate
 from gpulens.commands_sink import db, sink
 from gpulens.commands_tables import tables
@@ -455,6 +456,7 @@ cli.add_command(watch)
 cli.add_command(sink)
 cli.add_command(db)
 cli.add_command(exporter)
+cli.add_command(retention)
 cli.add_command(simulate)
 
 

@@ -21,7 +21,7 @@ from pydantic_settings import (
 
 from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from consumers.prometheus.settings import ExporterSettings
-from infra.settings import PlatformSettings
+from infra.settings import PlatformSettings, RetentionSettings
 from producers.agent.settings import AgentSettings
 from producers.gateway.settings import GatewaySettings
 from producers.kubernetes.settings import WatcherSettings
@@ -47,6 +47,7 @@ class GPULensSettings(BaseSettings):
     sink: SinkSettings = Field(default_factory=SinkSettings)
     exporter: ExporterSettings = Field(default_factory=ExporterSettings)
     platform: PlatformSettings = Field(default_factory=PlatformSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)

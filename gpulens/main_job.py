@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from gpulens.draining import GroupLag
 
 WORKER, SINK, EXPORTER, WATCHER, SUPERVISOR = "worker", "sink", "exporter", "watcher", "supervisor"
-PIPELINE = (WORKER, SINK, EXPORTER, WATCHER)
+RETENTION = "retention"
+PIPELINE = (WORKER, SINK, EXPORTER, RETENTION, WATCHER)
 """Started (by the supervisor) after the platform, stopped before it."""
 
 DEMO_WINDOW_S = 3600
@@ -52,6 +53,16 @@ def pipeline_specs(
             hint="set GPULENS_EXPORTER__PORT to another port",
         ),
     }
+    retention = settings.retention
+    if settings.platform.broker == "noida" and retention.interval_s > 0:
+        # noida-db holds every record it keeps in memory and its own retention ignores consumers
+        specs[RETENTION] = ServiceSpec(
+            RETENTION,
+            [*python, "retention"],
+            retention.metrics_host,
+            retention.metrics_port or None,
+            hint="set GPULENS_RETENTION__METRICS_PORT to another port (0: no /metrics)",
+        )
     if watch:
         specs[WATCHER] = ServiceSpec(WATCHER, [*python, "watch"])
     return specs

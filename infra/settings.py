@@ -32,3 +32,39 @@ class PlatformSettings(BaseModel):
         description="Hold the embedded chDB engine, serve it on clickhouse.http_port; or use clickhouse.url.",
     )
     start_timeout_s: float = Field(default=60.0, gt=0, description="How long a service may take to be ready.")
+
+
+class RetentionSettings(BaseModel):
+    """Retention on the embedded broker (``[retention]``, ``GPULENS_RETENTION__*``).
+
+    noida-db holds every record it keeps in memory, so what the pipeline has consumed must go
+    soon: every ``interval_s`` `gpulens retention` deletes, per partition of each catalog topic
+    with ``cleanup.policy=delete``, the records every consumer group has committed past and
+    that are older than ``keep_s`` (or the catalog's ``retention.ms`` when that is shorter).
+    Compacted topics are never truncated. An external Kafka cluster keeps its own retention.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    interval_s: float = Field(
+        default=10.0, ge=0, description="Seconds between passes; 0: no retention job with `gpulens up`."
+    )
+    keep_s: float = Field(
+        default=30.0,
+        ge=0,
+        description=(
+            "A consumed record stays at least this long (by its timestamp) for late readers and "
+            "debugging; the broker's memory grows with it (30 s at 20,000 GPUs: 180-340 MB RSS)."
+        ),
+    )
+    ignored_groups: tuple[str, ...] = Field(
+        default=("gpulens-smoke-",),
+        description=(
+            "Name prefixes of consumer groups that read once and leave (the smoke check): their "
+            "committed offsets never hold records back."
+        ),
+    )
+    metrics_host: str = Field(default="127.0.0.1", description="Address the job's /metrics binds.")
+    metrics_port: int = Field(
+        default=19466, ge=0, le=65535, description="Port of the job's /metrics (0: not served)."
+    )
