@@ -27,6 +27,7 @@ from gpulens.main_job import EXAMPLES
 from gpulens.platform import ORDER, manager, service_specs, start_platform, write_private_config
 from infra.launching import Status
 from schemas.exceptions import GPULensError
+from schemas.topic_admin import BrokerUnreachable
 
 log = logging.getLogger("gpulens")
 
@@ -460,10 +461,18 @@ cli.add_command(retention)
 cli.add_command(simulate)
 
 
+EX_UNAVAILABLE = 69
+"""Exit status (sysexits.h) of a command that found no broker: a supervisor or a script can
+tell a broker that is away (try again later) from a failure of the command itself (1)."""
+
+
 def main() -> None:
     """Entry point: one-line errors for what the user can fix, tracebacks only with -v."""
     try:
         cli(standalone_mode=True)
+    except BrokerUnreachable as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(EX_UNAVAILABLE)
     except GPULensError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(1)
