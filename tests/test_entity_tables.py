@@ -523,6 +523,10 @@ def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
     return events
 
 
+@pytest.mark.skipif(
+    not os.environ.get("GPULENS_KNOWN_DEFECTS"),
+    reason="known defect, a minute to show it: set GPULENS_KNOWN_DEFECTS=1 to run it",
+)
 @pytest.mark.xfail(
     reason="after the restart, the last pod event of some partitions is written twice, in consecutive "
     "offsets of one transaction (no kill: no repeats; cause not found yet)",
