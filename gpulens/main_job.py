@@ -202,15 +202,17 @@ GROUP BY month ORDER BY month""",
     ),
     (
         "Busiest and idlest workloads (GenAI serving fleet, mean GPU utilization)",
-        """SELECT workload_name AS workload, round(avg(utilization_avg), 1) AS `mean util %`,
-       round(max(utilization_max), 1) AS `max util %`, sum(samples) AS samples
-FROM workload_gpu_usage FINAL WHERE cluster = {genai:String}
-GROUP BY workload ORDER BY `mean util %` DESC LIMIT 3
-UNION ALL
-SELECT * FROM (
-  SELECT workload_name, round(avg(utilization_avg), 1), round(max(utilization_max), 1), sum(samples)
-  FROM workload_gpu_usage FINAL WHERE cluster = {genai:String}
-  GROUP BY workload_name ORDER BY avg(utilization_avg) ASC LIMIT 3)""",
+        # The parts of a UNION ALL come in no fixed order: the outer ORDER BY makes it one.
+        """SELECT * FROM (
+  (SELECT workload_name AS workload, round(avg(utilization_avg), 1) AS `mean util %`,
+          round(max(utilization_max), 1) AS `max util %`, sum(samples) AS samples
+   FROM workload_gpu_usage FINAL WHERE cluster = {genai:String}
+   GROUP BY workload ORDER BY `mean util %` DESC LIMIT 3)
+  UNION ALL
+  (SELECT workload_name, round(avg(utilization_avg), 1), round(max(utilization_max), 1), sum(samples)
+   FROM workload_gpu_usage FINAL WHERE cluster = {genai:String}
+   GROUP BY workload_name ORDER BY avg(utilization_avg) ASC LIMIT 3)
+) ORDER BY `mean util %` DESC, workload""",
     ),
     (
         "Alerts (opened)",
