@@ -133,27 +133,26 @@ NODES_CSV = traces_dir() / "alibaba-gpu-v2023/openb_node_list_gpu_node.csv"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 
 
-def gpulens(config: Path, *args: str, env: dict[str, str] | None = None) -> str:
+def gpulens(
+    config: Path, *args: str, env: dict[str, str] | None = None, exits: tuple[int, ...] = (0,)
+) -> str:
+    """The command's output; its exit status must be one of ``exits``."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
-    return subprocess.run(
+    result = subprocess.run(
         [*GPULENS, "--config", str(config), *args],
         capture_output=True,
         text=True,
-        check=True,
         env={**clean, **(env or {})},
         timeout=300,
-    ).stdout
+    )
+    assert result.returncode in exits, result.stderr
+    return result.stdout
 
 
 def status(config: Path) -> str:
     """``gpulens status``'s report: it exits 0 when the pipeline has drained and 3 while records
     are left, both answers here."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
-    result = subprocess.run(
-        [*GPULENS, "--config", str(config), "status"], capture_output=True, text=True, env=clean, timeout=300
-    )
-    assert result.returncode in (0, 3), result.stderr
-    return result.stdout
+    return gpulens(config, "status", exits=(0, 3))
 
 
 def sql(config: Path, query: str) -> list[list[str]]:
