@@ -2,11 +2,15 @@
 
 A private platform runs the sink, the allocation worker and the exporter under a real
 supervisor while the Alibaba trace is replayed at a speed that spreads it over about a
-minute. Meanwhile the broker is killed with SIGKILL and restarted (it comes back from its last
-save, having lost what it acknowledged since), then each of the others is killed with SIGKILL,
-then the broker is stopped (SIGSTOP) for 30 s. Afterwards: ClickHouse's allocation rows
-(FINAL) equal the CSV's oracle, raw rows are not multiplied, no record was dead-lettered, and
-no process crash-looped.
+minute. Meanwhile the ClickHouse engine's disk fills up and is freed again, the broker is killed
+with SIGKILL and restarted (it comes back from its last save, having lost what it acknowledged
+since), then each of the others is killed with SIGKILL, then the broker is stopped (SIGSTOP) for
+30 s. Afterwards: ClickHouse's allocation rows (FINAL) equal the CSV's oracle, raw rows are not
+multiplied, no record was dead-lettered, and no process crash-looped.
+
+The engine's data directory sits on a tmpfs of its own (mounted as root; the test is skipped,
+saying why, where mounting is not allowed), so a ballast file fills exactly that disk: the
+engine answers NOT_ENOUGH_SPACE (243, HTTP 507) and the sink retries until the ballast is gone.
 
 The broker's SIGKILL used to stop the pipeline for good: the restarted broker took the
 worker's queued records on partitions whose sequence was in step, opening a transaction it has
@@ -14,33 +18,31 @@ no coordinator state for, the worker died of the out-of-sequence batches on the 
 that transaction stayed open (the sink read 1,177 of 4,338 offsets of the allocation topic,
 ClickHouse stopped at 838 of the trace's windows). The worker now aborts such transactions
 (:mod:`pipeline.hanging_transactions`).
-
-Not part of it yet:
-- A full disk: the ClickHouse holder's data directory would have to sit on a size-limited
-  mount (tmpfs, as root) set up before the platform starts; the sink's waiting through a
-  bare HTTP 500 (what a full disk returns) is tested on its own in tests/test_broker_faults.py.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
-from hostile_support import wait
+from hostile_support import metric, wait
 from worker_support import PODS_CSV, gpulens, replay
 
 from consumers.clickhouse.client import get_client
 from consumers.clickhouse.migrating import migrate
 from gpulens.config import GPULensSettings
 from gpulens.main_job import EXPORTER, SINK, WORKER, pipeline_specs
-from gpulens.platform import BROKER, manager, service_specs
+from gpulens.platform import BROKER, free_port, manager, service_specs
 from infra.launching import ServiceManager, ServiceSpec, State
 from infra.supervising import Supervisor
 from schemas.topics import DLQ
@@ -53,14 +55,61 @@ MAX_RESTARTS = {WORKER: 2, SINK: 1, EXPORTER: 1}
 """Per process: its kill, and nothing after it; the worker may also exit once after the
 broker's SIGKILL (its producer's fatal out-of-sequence error, or a transactional call wedged
 in librdkafka: a restart fences it and redoes the cycle)."""
+DISK_MB = 256
+"""The engine's disk: room for the migrations and the trace's rows, filled by a ballast file."""
 
 
-def _specs(settings: GPULensSettings, config) -> list[ServiceSpec]:
+class Disk:
+    """A size-limited filesystem (tmpfs) mounted at ``path``, and a ballast file to fill it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self._ballast = path, path / "ballast"
+
+    def fill(self) -> None:
+        """Write the ballast until the disk has no byte left (unbuffered: a short write takes
+        the last bytes, the next one fails)."""
+        with self._ballast.open("wb", buffering=0) as ballast:
+            try:
+                while True:
+                    ballast.write(bytes(1 << 20))
+            except OSError as err:
+                if err.errno != errno.ENOSPC:
+                    raise
+
+    def free(self) -> None:
+        self._ballast.unlink()
+
+
+@pytest.fixture
+def clickhouse_disk(tmp_path: Path) -> Iterator[Disk]:
+    """The engine's data directory of the private platform under ``tmp_path``, on its own tmpfs."""
+    path = tmp_path / "state" / "clickhouse"  # where write_private_config puts the engine's data
+    path.mkdir(parents=True)
+    mounting = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}M", "tmpfs", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if mounting.returncode != 0:
+        pytest.skip(f"a full disk needs a tmpfs mount, not allowed here: {mounting.stderr.strip()}")
+    try:
+        yield Disk(path)
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+@pytest.fixture
+def own_platform(clickhouse_disk: Disk, own_platform):
+    """conftest's private platform, started on top of the engine's own small disk."""
+    return own_platform
+
+
+def _specs(settings: GPULensSettings, config, sink_metrics: int) -> list[ServiceSpec]:
     specs = pipeline_specs(settings, config)
     worker = ServiceSpec(
         WORKER, gpulens(config, "worker", "--window", "3600", "--no-nodes", "--processors", "allocation")
     )
-    return [worker, specs[SINK], specs[EXPORTER]]
+    sink = ServiceSpec(SINK, [*specs[SINK].argv, "--metrics-port", str(sink_metrics)])
+    return [worker, sink, specs[EXPORTER]]
 
 
 def _kill(services: ServiceManager, name: str) -> None:
@@ -79,12 +128,14 @@ def _restarted(supervisor: Supervisor, name: str) -> Callable[[], bool]:
     return lambda: any(r.name == name for r in supervisor.restarts)
 
 
-def test_every_fault_in_turn_leaves_clickhouse_equal_to_the_trace(own_platform, unique, spawned) -> None:
+def test_every_fault_in_turn_leaves_clickhouse_equal_to_the_trace(
+    clickhouse_disk, own_platform, unique, spawned
+) -> None:
     settings, config = own_platform
-    cluster = f"faults-{unique}"
+    cluster, sink_metrics = f"faults-{unique}", free_port()
     services = manager(settings)
     migrate(settings.clickhouse, samples_ttl_days=30)  # the tables exist before anything is counted
-    supervisor = Supervisor(services, _specs(settings, config), backoff_s=0.5, stable_s=5.0)
+    supervisor = Supervisor(services, _specs(settings, config, sink_metrics), backoff_s=0.5, stable_s=5.0)
     stop = threading.Event()
     supervising = threading.Thread(target=supervisor.run, args=(stop,), name="supervisor")
     supervising.start()
@@ -105,6 +156,15 @@ def test_every_fault_in_turn_leaves_clickhouse_equal_to_the_trace(own_platform, 
         source = replay(config, cluster, "--speed", SPEED)
         spawned.append(source)
         wait(lambda: stored("FINAL") > 0, 120, "the first allocation rows in ClickHouse", source)
+        retried = metric(sink_metrics, "gpulens_sink_retries_total")
+        clickhouse_disk.fill()
+        try:  # the sink's writes fail (243 NOT_ENOUGH_SPACE) and are retried, not fatal
+            wait(lambda: metric(sink_metrics, "gpulens_sink_retries_total") >= retried + 3, 60,
+                 "the sink retrying against the full disk")  # fmt: skip
+        finally:
+            clickhouse_disk.free()
+        full = stored("")
+        wait(lambda: stored("") > full, 60, "rows stored once the disk has room again")
         # while the worker publishes (a tenth of the windows in): its transaction is open
         wait(lambda: stored("") >= len(expected) // 10, 120, "the worker publishing", source)
         before = stored("")
