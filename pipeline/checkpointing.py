@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pipeline.exceptions import CycleAborted
 from pipeline.hanging_transactions import StableOffsets
@@ -103,6 +104,8 @@ class Checkpoint:
         self._abort_forgotten = abort_forgotten
         """Abort transactions still open on the state logs at restore (a broker that forgets them)."""
         self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
+        self._admin = AdminClient(kafka.librdkafka())
+        """Cuts the state logs behind their newest committed snapshots."""
         self.written = 0
         """State records written since start."""
 
@@ -162,9 +165,13 @@ class Checkpoint:
         self._transactional(
             lambda: self._producer.commit_transaction(CALL_TIMEOUT_S), "transaction commit", stop
         )
+        for state_log in self._logs.values():
+            state_log.cut(self._admin)
 
     def abort(self, *, stop: threading.Event | None = None) -> None:
         """Drop the cycle: its rows, state changes and offsets never become visible."""
+        for state_log in self._logs.values():
+            state_log.forget_snapshot()
         retry_transient(
             lambda: self._producer.abort_transaction(CALL_TIMEOUT_S), operation="transaction abort", stop=stop
         )

@@ -15,7 +15,13 @@ reads about ``live size + changes since the snapshot`` records however long the 
   from its end, so nothing older than it is read. A snapshot is complete once its closing
   marker follows its entries: a writer without transactions (the exporter) killed in the
   middle of one leaves it open, and the restore starts at the snapshot before (the open
-  one's entries, being ordinary writes, are still applied in log order).
+  one's entries, being ordinary writes, are still applied in log order);
+- once a snapshot is durable (its transaction committed, or its closing marker acknowledged)
+  the writer *cuts* the log there: DeleteRecords of everything before its opening marker, so
+  the broker holds about the live size too (noida-db keeps every record in memory: the
+  changelogs were most of its 1.5 GB at 20,000 GPUs). Brokers refuse DeleteRecords on a topic
+  that is only ``compact``; the log is ``compact,delete`` with no time or size retention, so
+  nothing else is ever deleted. A log created before cuts is left whole (logged once).
 
 Writes go through the caller's producer: a transactional producer puts them in the same
 transaction as its outputs and input offsets, and a ``read_committed`` restore then sees a
@@ -27,9 +33,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.exceptions import GPULensError
@@ -75,11 +82,16 @@ class StateLog:
         self._min_between = min_between
         self._since_snapshot = 0
         """Records appended since the last snapshot (restored ones included)."""
+        self._opened: int | None = None
+        """Offset of the newest snapshot's opening marker, once the broker has it."""
+        self._cut_at: int | None = None
+        """Offset of the opening marker of a snapshot whose closing marker the broker has too."""
+        self._cuts_refused = False
 
     def create(self, *, timeout: float = 30.0) -> None:
         """Create the topic if it does not exist (compacted, one partition)."""
         admin = AdminClient(self._kafka.librdkafka())
-        config = {"cleanup.policy": "compact", "retention.ms": "-1"}
+        config = {"cleanup.policy": "compact,delete", "retention.ms": "-1", "retention.bytes": "-1"}
         future = admin.create_topics([NewTopic(self.topic, 1, 1, config=config)], operation_timeout=timeout)
         try:
             future[self.topic].result(timeout)
@@ -106,11 +118,54 @@ class StateLog:
 
     def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
         """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
-        produce_with_backpressure(producer, self.topic, key=SNAPSHOT_MARKER, value=str(count).encode())
+        produce_with_backpressure(
+            producer, self.topic, key=SNAPSHOT_MARKER, value=str(count).encode(), on_delivery=self._marker
+        )
         for key, value in live():
             produce_with_backpressure(producer, self.topic, key=key, value=value)
-        produce_with_backpressure(producer, self.topic, key=SNAPSHOT_END, value=str(count).encode())
+        produce_with_backpressure(
+            producer, self.topic, key=SNAPSHOT_END, value=str(count).encode(), on_delivery=self._end
+        )
         self._since_snapshot = 0
+
+    def cut(self, admin: AdminClient) -> Future | None:
+        """Delete what precedes the newest snapshot the broker has whole; the deletion's future,
+        None when there is nothing to cut. Call it once that snapshot is durable: after its
+        transaction committed, or after a flush without one. The deletion runs in the
+        background; a failure is logged and the next snapshot cuts."""
+        offset, self._cut_at = self._cut_at, None
+        if offset is None or self._cuts_refused:
+            return None
+        deleting = admin.delete_records([TopicPartition(self.topic, 0, offset)], request_timeout=30)
+        (future,) = deleting.values()
+        future.add_done_callback(self._cut_done)
+        return future
+
+    def forget_snapshot(self) -> None:
+        """The snapshot written since the last cut was aborted with its transaction: never cut there."""
+        self._opened = self._cut_at = None
+
+    def _marker(self, err: KafkaError | None, message: Message) -> None:
+        self._opened = message.offset() if err is None else None
+
+    def _end(self, err: KafkaError | None, message: Message) -> None:
+        if err is None and self._opened is not None:
+            self._cut_at = self._opened
+        self._opened = None
+
+    def _cut_done(self, future: Future) -> None:
+        try:
+            future.result()
+        except KafkaException as err:
+            if err.args[0].code() == KafkaError.POLICY_VIOLATION:
+                self._cuts_refused = True
+                log.warning(
+                    "state log %s is cleanup.policy=compact only, created before logs were cut: it "
+                    "keeps its history (set cleanup.policy=compact,delete to bound it)",
+                    self.topic,
+                )
+            else:
+                log.warning("state log %s: cut not made (the next snapshot cuts): %s", self.topic, err)
 
     def restore(self, *, timeout: float = 30.0) -> Restored:
         """The live entries as of the newest committed write (call after fencing older writers)."""

@@ -1,12 +1,16 @@
-"""A state log against the real broker: a restore reads from the newest complete snapshot on.
+"""A state log against the real broker: a restore reads from the newest complete snapshot on,
+and the broker keeps nothing older than the newest committed one.
 
 A writer without transactions (the exporter) can be killed in the middle of a snapshot; the
-restore must then start at the snapshot before and still see every key's newest value.
+restore must then start at the snapshot before and still see every key's newest value. A
+transactional writer (the worker) cuts the log once a snapshot's transaction committed, never
+at one whose transaction was aborted.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from schemas.state_log import FIRST_SPAN, SNAPSHOT_MARKER, StateLog
 
@@ -41,3 +45,97 @@ def test_a_snapshot_cut_short_is_passed_over_and_every_newest_value_comes_back(p
     restored = StateLog(platform.kafka, log.topic).restore()
     assert restored.entries == live
     assert restored.records_read <= FIRST_SPAN < history, "read from near the snapshot, not the history"
+
+
+def _snapshot_markers(kafka, topic: str) -> list[int]:
+    """Offsets of the committed snapshot markers on ``topic``, read from its low watermark."""
+    reader = Consumer(
+        kafka.librdkafka(
+            **{
+                "group.id": f"{topic}-markers",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+    )
+    try:
+        reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        markers: list[int] = []
+        while True:
+            message = reader.poll(10)
+            assert message is not None, f"{topic}: no end of partition within 10 s"
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                return markers
+            if message.key() == SNAPSHOT_MARKER:
+                markers.append(message.offset())
+    finally:
+        reader.close()
+
+
+def _low_watermark(kafka, topic: str) -> int:
+    reader = Consumer(kafka.librdkafka(**{"group.id": f"{topic}-low"}))
+    try:
+        return reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
+    finally:
+        reader.close()
+
+
+class _TransactionalWriter:
+    """A transactional producer writing cycles to one state log, and the live entries it committed."""
+
+    def __init__(self, kafka, log: StateLog, transactional_id: str) -> None:
+        self.log, self.committed = log, {}
+        self._producer = Producer(kafka.librdkafka(**{"transactional.id": transactional_id}))
+        self._producer.init_transactions(30)
+
+    def cycle(self, entries: dict[bytes, bytes | None], *, snapshot: bool, commit: bool = True) -> None:
+        live = {**self.committed, **entries}
+        live = {k: v for k, v in live.items() if v is not None}
+        self._producer.begin_transaction()
+        self.log.append(self._producer, entries.items())
+        if snapshot:
+            self.log.snapshot(self._producer, lambda: list(live.items()), len(live))
+        if commit:
+            self._producer.commit_transaction(30)
+            self.committed = live
+        else:
+            self._producer.abort_transaction(30)
+            self.log.forget_snapshot()
+
+
+def test_a_committed_snapshot_cuts_the_log_before_it_and_the_restore_sees_every_live_value(
+    platform, unique
+) -> None:
+    log = StateLog(platform.kafka, f"test.state-log-cut.{unique}", min_between=1)
+    log.create()
+    writer, admin = (
+        _TransactionalWriter(platform.kafka, log, f"cut-{unique}"),
+        AdminClient(platform.kafka.librdkafka()),
+    )
+    for round_ in range(50):  # 50 cycles over 100 keys: 5,000 records of history
+        writer.cycle({f"k{i}".encode(): f"{round_}".encode() for i in range(100)}, snapshot=False)
+    writer.cycle({b"k0": None, b"k1": b"last"}, snapshot=True)
+    writer.cycle({b"k2": b"after"}, snapshot=False)
+    future = log.cut(admin)
+    assert future is not None, "a committed snapshot is there to cut at"
+    future.result(30)
+    (marker,) = _snapshot_markers(platform.kafka, log.topic)
+    assert marker > 5_000 and _low_watermark(platform.kafka, log.topic) == marker
+    assert StateLog(platform.kafka, log.topic).restore().entries == writer.committed
+
+
+def test_a_snapshot_aborted_with_its_transaction_is_never_cut_to(platform, unique) -> None:
+    log = StateLog(platform.kafka, f"test.state-log-abort.{unique}", min_between=1)
+    log.create()
+    writer, admin = (
+        _TransactionalWriter(platform.kafka, log, f"abort-{unique}"),
+        AdminClient(platform.kafka.librdkafka()),
+    )
+    writer.cycle({f"k{i}".encode(): b"first" for i in range(10)}, snapshot=True)
+    log.cut(admin).result(30)
+    writer.cycle({b"k1": b"aborted", b"k2": None}, snapshot=True, commit=False)
+    assert log.cut(admin) is None, "nothing committed to cut at"
+    (marker,) = _snapshot_markers(platform.kafka, log.topic)
+    assert _low_watermark(platform.kafka, log.topic) == marker, "the committed snapshot is still whole"
+    assert StateLog(platform.kafka, log.topic).restore().entries == writer.committed

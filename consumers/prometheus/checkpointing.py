@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from consumers.prometheus.exceptions import ExporterError
 from consumers.prometheus.state import KIND_MODELS, LatestState, SeriesKey
@@ -74,6 +75,8 @@ class ExporterCheckpoint:
         self._producer = Producer(
             kafka.librdkafka(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20})
         )
+        self._admin = AdminClient(kafka.librdkafka())
+        """Cuts the state log behind its newest acknowledged snapshot."""
         self._codec = codec
         self._specs = {t.record: t for t in topics}
         self._offsets: dict[Partition, int] = {}
@@ -119,6 +122,7 @@ class ExporterCheckpoint:
                 written += count
         if self._producer.flush(30):
             raise ExporterError(f"state log {self._log.topic}: checkpoint not acknowledged within 30 s")
+        self._log.cut(self._admin)
         self.written += written
         return written
 
