@@ -18,7 +18,8 @@ partition of every catalog topic with ``cleanup.policy=delete`` at the lower of
 with DeleteRecords, which moves the partition's low watermark; records below it are gone from
 the broker's memory. Compacted topics (``gpulens.state.*``) and every topic outside the catalog
 (the worker's and exporter's checkpoint changelogs, ``gpulens.worker.*.changelog``) are never
-touched: their old records are live state. Groups named with an ``ignored`` prefix (the smoke
+touched: their old records are live state (the changelogs' writers cut them behind their
+snapshots themselves, :mod:`schemas.state_log`). Groups named with an ``ignored`` prefix (the smoke
 check's, one per run, never coming back) hold nothing back.
 
 A pass that cannot reach the broker deletes nothing and raises :class:`RetentionError`; the
