@@ -20,6 +20,8 @@ def agent(context: Context, node: str | None, once: bool) -> None:
 
     Collectors whose library, socket or sysfs tree is missing switch off with one log line;
     records the broker does not acknowledge wait in agent.spool_dir and are re-sent in order.
+    Serves its health and its GPUs' gauges (gpu_utilization, gpu_socket_power_watts,
+    gpu_memory_used_bytes, with the pod holding each GPU) on agent.metrics_host:metrics_port.
     """
     from prometheus_client import start_http_server
 
@@ -30,7 +32,9 @@ def agent(context: Context, node: str | None, once: bool) -> None:
     agent_settings = settings.agent if node is None else settings.agent.model_copy(update={"node": node})
     metrics = AgentMetrics()
     if agent_settings.metrics_port and not once:
-        start_http_server(agent_settings.metrics_port, registry=metrics.registry)
+        start_http_server(
+            agent_settings.metrics_port, addr=agent_settings.metrics_host, registry=metrics.registry
+        )
     node_agent = build_agent(
         agent_settings,
         cluster=settings.cluster,

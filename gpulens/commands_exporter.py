@@ -18,14 +18,16 @@ from gpulens.tuning import tune_for_throughput
 @click.option("--group", "group_id", help="Consumer group [exporter.group_id].")
 @pass_context
 def exporter(context: Context, host: str | None, port: int | None, group_id: str | None) -> None:
-    """Serve Prometheus /metrics from the allocation, workload, GPU sample and alert topics.
+    """Serve Prometheus /metrics from the allocation, workload and alert topics.
 
     Keeps the newest window per series and checkpoints it to its state log
     (gpulens.exporter.<group>.changelog). A start serves at once, restores the series from
-    there and reads on from the checkpointed offsets (GPU samples: their tail only), so a
-    restart never replays history; serves until SIGTERM/Ctrl-C. Metric
-    names are Primus-Lens's (gpu_allocation_rate, consumer_pod_gpu_usage, gpu_utilization, ...),
-    each with a cluster label, plus the exporter's own health (gpulens_exporter_*, lag, dead letters).
+    there and reads on from the checkpointed offsets, so a restart never replays history;
+    serves until SIGTERM/Ctrl-C. Metric names are Primus-Lens's (gpu_allocation_rate,
+    consumer_pod_gpu_usage, ...), each with a cluster label, plus the exporter's own health
+    (gpulens_exporter_*, lag, dead letters). It never reads the GPU sample stream: each node
+    agent serves its GPUs' gauges (gpu_utilization, ...); exporter.per_gpu = true also serves
+    them here, from each node's newest batch on gpulens.state.gpu-samples.v1 (its tail only).
     """
     from consumers.prometheus.exporting import run_exporter
     from schemas.codec import AvroCodec, registry_client

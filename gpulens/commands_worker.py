@@ -15,7 +15,9 @@ from gpulens.cli_context import Context, ShardType, pass_context
 from gpulens.tuning import tune_for_throughput
 from schemas.sharding import Shard
 
-PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
+PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state", "latest")
+DEFAULT_PROCESSORS = PROCESSORS[:-1]
+"""``latest`` (each node's newest samples, for the exporter's per-GPU mode) runs only when asked."""
 
 
 @click.command()
@@ -42,9 +44,18 @@ PROCESSORS = ("allocation", "workloads", "alerts", "changelog", "state")
 )
 @click.option(
     "--processors",
-    default=",".join(PROCESSORS),
+    default=",".join(DEFAULT_PROCESSORS),
     show_default=True,
-    help="Which processors to run, comma-separated.",
+    help=f"Which processors to run, comma-separated, of {', '.join(PROCESSORS)}.",
+)
+@click.option(
+    "--latest-every",
+    "latest_every_s",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    help="latest: republish a node's sample batch on gpulens.state.gpu-samples.v1 at most once "
+    "per this many event-time seconds.",
 )
 @click.option(
     "--idle-below",
@@ -151,6 +162,7 @@ def worker(
     per_node: bool,
     overview: bool,
     processors: str,
+    latest_every_s: float,
     idle_below: float,
     idle_for: float,
     pending_for: float,
@@ -170,7 +182,8 @@ def worker(
     Reads the node, workload, pod, inventory, container, sample and watermark topics in
     event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage),
     gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
-    (newest state of every pod, node, inventory, container and workload), one Kafka
+    (newest state of every pod, node, inventory, container and workload; with the `latest`
+    processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
     transaction per cycle (exactly once, also across kill -9). Each processor's state goes to
     gpulens.worker.<group>.<processor>.changelog in the same transaction: a restart restores
     it and reads on from where the last cycle ended, never from the beginning.
@@ -192,6 +205,7 @@ def worker(
         AlertOperator,
         AllocationOperator,
         DeviceChangelogOperator,
+        LatestSamplesOperator,
         Operator,
         StateOperator,
         WorkloadUsageOperator,
@@ -222,6 +236,8 @@ def worker(
             made.append(DeviceChangelogOperator())
         if "state" in chosen:
             made.append(StateOperator())
+        if "latest" in chosen:
+            made.append(LatestSamplesOperator(round(latest_every_s * 1000)))
         return made
 
     settings = context.settings

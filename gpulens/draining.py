@@ -2,9 +2,11 @@
 
 A group has drained when its lag in records (:mod:`schemas.lag`: committed offsets against
 the partitions' ends, transaction markers excluded) is 0 on every partition it reads. The
-partitions a group reads are the ones it committed on, and, for the sink and the exporter, every
-partition of their topics (a partition it never committed on counts from its first offset: data
-it has not reached yet). A group that committed nothing has not started: not drained.
+partitions the worker reads are the ones it committed on; the sink and the exporter read every
+partition of their topics (a partition never committed on counts from its first offset: data
+it has not reached yet), and only those (an exporter of an older release also committed on the
+GPU sample stream, which it no longer reads). A group that committed nothing has not started:
+not drained.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from consumers.clickhouse.rows import SINK_TOPICS
-from consumers.prometheus.exporting import EXPORTED_TOPICS
+from consumers.prometheus.exporting import exported_topics
 from gpulens.config import GPULensSettings
 from pipeline.running import WorkerOptions
 from schemas.lag import RecordLag, per_topic
@@ -43,7 +45,7 @@ def pipeline_groups(settings: GPULensSettings) -> dict[str, tuple[TopicSpec, ...
     return {
         WorkerOptions().group_id: (),
         settings.sink.group_id: SINK_TOPICS,
-        settings.exporter.group_id: EXPORTED_TOPICS,
+        settings.exporter.group_id: exported_topics(settings.exporter),
     }
 
 
@@ -56,7 +58,7 @@ def measure(settings: GPULensSettings, lag: RecordLag) -> list[GroupLag]:
             groups.append(GroupLag(group, {}))
             continue
         declared = {(t.name, p) for t in topics for p in range(t.partitions)}
-        groups.append(GroupLag(group, per_topic(lag.measure(group, committed | declared))))
+        groups.append(GroupLag(group, per_topic(lag.measure(group, declared or committed))))
     return groups
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpulens.commands_worker import PROCESSORS
 from gpulens.config import GPULensSettings
 from infra.launching import ServiceManager, ServiceSpec, State
 
@@ -42,8 +43,12 @@ def pipeline_specs(
 ) -> dict[str, ServiceSpec]:
     """The pipeline's long-running processes, as the supervisor runs them (in this order)."""
     python = _python(config_file)
+    # the exporter's per-GPU mode reads what the worker's `latest` processor writes
+    latest = ["--processors", ",".join(PROCESSORS)] if settings.exporter.per_gpu else []
     specs = {
-        WORKER: ServiceSpec(WORKER, [*python, "worker", "--window", str(DEMO_WINDOW_S), "--no-nodes"]),
+        WORKER: ServiceSpec(
+            WORKER, [*python, "worker", "--window", str(DEMO_WINDOW_S), "--no-nodes", *latest]
+        ),
         SINK: ServiceSpec(SINK, [*python, "sink"]),
         EXPORTER: ServiceSpec(
             EXPORTER,

@@ -15,6 +15,7 @@ from pipeline.alerting import AlertDetector, AlertRules
 from pipeline.allocation import AllocationAggregator
 from pipeline.checkpointing import Stateful, StateKey
 from pipeline.device_changes import diff
+from pipeline.latest_samples import LatestSamples
 from pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from pipeline.windows import TumblingWindows
 from pipeline.workload_usage import WorkloadUsage
@@ -23,6 +24,7 @@ from schemas.models import (
     ClusterOverview,
     DeviceInventory,
     Event,
+    GpuSampleBatch,
     Record,
 )
 from schemas.topics import (
@@ -36,6 +38,7 @@ from schemas.topics import (
     NODE_ALLOCATION,
     NODES,
     PODS,
+    STATE_GPU_SAMPLES,
     WATERMARKS,
     WORKLOAD_USAGE,
     WORKLOADS,
@@ -178,6 +181,23 @@ class DeviceChangelogOperator(_Unwindowed):
 
     def load(self, key: StateKey, value: Any) -> None:
         self._last[(key[1], key[2])] = DeviceInventory.model_validate(value)
+
+
+class LatestSamplesOperator(_Unwindowed):
+    """Each node's newest GPU sample batch on a compacted topic, at most one per interval."""
+
+    name = "latest"
+    inputs = (GPU_SAMPLES,)
+
+    def __init__(self, every_ms: int) -> None:
+        self.state = self._latest = LatestSamples(every_ms)
+
+    def process(self, event: Event) -> Sequence[Record]:
+        assert isinstance(event, GpuSampleBatch)
+        return self._latest.process(event)
+
+    def output(self, _row: Record) -> TopicSpec:
+        return STATE_GPU_SAMPLES
 
 
 class StateOperator(_Unwindowed):

@@ -161,7 +161,20 @@ STATE_WORKLOADS = TopicSpec(
     "compact",
     doc=STATE_DOC.format(what="state of every workload (hierarchy, active pods, GPUs, status)"),
 )
-STATE_TOPICS = (STATE_PODS, STATE_NODES, STATE_INVENTORY, STATE_CONTAINERS, STATE_WORKLOADS)
+STATE_GPU_SAMPLES = TopicSpec(
+    "gpulens.state.gpu-samples.v1",
+    GpuSampleBatch,
+    "node",
+    3,
+    "compact",
+    doc="Compacted: each node's newest GPU sample batch, at most one per node per interval "
+    "(the worker's `latest` processor); the exporter's per-GPU mode reads it, never the sample stream.",
+)
+STATE_TOPICS = (
+    *(STATE_PODS, STATE_NODES, STATE_INVENTORY, STATE_CONTAINERS, STATE_WORKLOADS),
+    STATE_GPU_SAMPLES,
+)
+"""Compacted topics holding the newest of each entity: they repeat records of the event topics."""
 
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),

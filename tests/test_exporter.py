@@ -2,12 +2,15 @@
 
 Records are published first and the exporter started after (it must rebuild the state from the
 topics, as after a restart), then more while it runs; every check scrapes /metrics over HTTP
-and parses it with prometheus-client's own parser.
+and parses it with prometheus-client's own parser. By default it never reads the GPU sample
+stream (the node agents serve per-GPU gauges: tests/test_agent_metrics.py); its per-GPU mode
+serves them from each node's newest batch on gpulens.state.gpu-samples.v1.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -22,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.prometheus import EXPORTED_TOPICS, Exporter, ExporterSettings
+from consumers.prometheus import EXPORTED_TOPICS, PER_GPU_TOPICS, Exporter, ExporterSettings
 from schemas.codec import AvroCodec
 from schemas.models import (
     Alert,
@@ -40,6 +43,7 @@ from schemas.topics import (
     CLUSTER_ALLOCATION,
     GPU_SAMPLES,
     NODE_ALLOCATION,
+    STATE_GPU_SAMPLES,
     WORKLOAD_USAGE,
     TopicSpec,
     record_key,
@@ -215,32 +219,42 @@ def workload_series(cluster: str, uid: str, *, usage: float, gpus: float) -> Sam
 
 
 @pytest.fixture
-def exporter_process(config_file: Path, unique: str) -> Iterator[str]:
-    """`gpulens exporter --port 0` as a process; yields its /metrics URL (read from its log)."""
-    log = config_file.parent / f"exporter-{unique}.log"
-    command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "exporter", "--port", "0",
-               "--group", f"exporter-{unique}"]  # fmt: skip
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-    try:
+def exporter_process(config_file: Path, unique: str) -> Iterator[Callable[..., str]]:
+    """Starts `gpulens exporter --port 0` as a process (with ``GPULENS_EXPORTER__*`` settings);
+    gives its /metrics URL (read from its log)."""
+    started: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(**settings: object) -> str:
+        log = config_file.parent / f"exporter-{unique}-{len(started)}.log"
+        command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "exporter", "--port", "0",
+                   "--group", f"exporter-{unique}-{len(started)}"]  # fmt: skip
+        env = {**os.environ, **{f"GPULENS_EXPORTER__{k.upper()}": str(v) for k, v in settings.items()}}
+        with log.open("wb") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        started.append((process, log))
         deadline = time.monotonic() + 30
         while (found := re.search(r"serving (http://\S+/metrics)", log.read_text())) is None:
             assert process.poll() is None, f"exporter exited: {log.read_text()}"
             assert time.monotonic() < deadline, f"exporter did not serve in time: {log.read_text()}"
             time.sleep(0.1)
-        yield found.group(1)
+        return found.group(1)
+
+    try:
+        yield start
     finally:
-        process.terminate()
-        try:
-            assert process.wait(20) == 0, log.read_text()
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        for process, log in started:
+            process.terminate()
+            try:
+                assert process.wait(20) == 0, log.read_text()
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
 
 
 def every_kind(cluster: str) -> list[tuple[TopicSpec, Record]]:
-    """Rows of every exported topic for ``cluster``, some out of order."""
+    """Rows of every exported topic for ``cluster``, some out of order, and GPU samples both on
+    the sample stream and as each node's newest batch."""
     return [
         (CLUSTER_ALLOCATION, cluster_row(cluster, 0, capacity=16, allocated=8, pending=3)),
         (CLUSTER_ALLOCATION, cluster_row(cluster, 2, capacity=16, allocated=12, pending=1)),
@@ -251,21 +265,20 @@ def every_kind(cluster: str) -> list[tuple[TopicSpec, Record]]:
         (NODE_ALLOCATION, node_row(cluster, "n2", 1, rate=0.5)),
         (WORKLOAD_USAGE, workload_row(cluster, "w1", 1, usage=40.0, gpus=4)),
         (WORKLOAD_USAGE, workload_row(cluster, "w1", 2, usage=55.5, gpus=6)),
+        (STATE_GPU_SAMPLES, sample_batch(cluster, "n1", 5, (10.0, 20.0))),
+        (STATE_GPU_SAMPLES, sample_batch(cluster, "n1", 10, (3.0, 97.0))),
         (GPU_SAMPLES, sample_batch(cluster, "n1", 5, (10.0, 20.0))),
         (GPU_SAMPLES, sample_batch(cluster, "n1", 10, (3.0, 97.0))),
+        (GPU_SAMPLES, sample_batch(cluster, "n2", 10, (55.0, 66.0))),  # on the stream only
         (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.OPENED, 600)),
         (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.RESOLVED, 700)),
         (ALERTS, alert(cluster, "NodeNotReady", "n2", AlertState.OPENED, 650)),
     ]
 
 
-def test_the_command_shows_the_newest_row_of_every_series(
-    platform, codec, unique, config_file, request
-) -> None:
-    cluster = f"exp-{unique}"
-    publish(platform, codec, every_kind(cluster))
-    url = request.getfixturevalue("exporter_process")  # started after the records: a restart
-    expected = dict(
+def newest_rows(cluster: str) -> Samples:
+    """What the exporter shows of :func:`every_kind` by default: no per-GPU series."""
+    return dict(
         [
             series("gpu_allocation_rate", 0.75, cluster=cluster),
             series("cluster_gpu_capacity", 16, cluster=cluster),
@@ -276,23 +289,57 @@ def test_the_command_shows_the_newest_row_of_every_series(
             series("gpulens_alerts_open", 0, cluster=cluster, alert="GpuIdle"),
             series("gpulens_alerts_open", 1, cluster=cluster, alert="NodeNotReady"),
         ]
+    ) | workload_series(cluster, "w1", usage=55.5, gpus=6)
+
+
+def reads(samples: Samples, topic: str) -> bool:
+    """The exporter measures its lag on ``topic``: it reads it."""
+    return any(
+        name == "gpulens_consumer_lag_records" and ("topic", topic) in labels for name, labels in samples
     )
-    expected |= workload_series(cluster, "w1", usage=55.5, gpus=6)
-    expected |= gpu_series(cluster, "n1", 0, 3.0) | gpu_series(cluster, "n1", 1, 97.0)
-    wait_for(url, lambda s: of_cluster(s, cluster) == expected, f"the newest rows of {cluster}")
+
+
+def test_the_command_shows_the_newest_row_of_every_series_and_reads_no_samples(
+    platform, codec, unique, exporter_process
+) -> None:
+    cluster = f"exp-{unique}"
+    publish(platform, codec, every_kind(cluster))
+    url = exporter_process()  # started after the records: a restart
+    expected = newest_rows(cluster)
+    samples = wait_for(
+        url,
+        lambda s: of_cluster(s, cluster) == expected and reads(s, ALERTS.name),
+        f"the newest rows of {cluster}",
+    )
+    assert {t.name for t in EXPORTED_TOPICS if reads(samples, t.name)} == {t.name for t in EXPORTED_TOPICS}
+    assert not reads(samples, GPU_SAMPLES.name) and not reads(samples, STATE_GPU_SAMPLES.name)
+    assert not any(name.startswith("gpu_") and name != "gpu_allocation_rate" for name, _ in samples)
+
+
+def test_the_per_gpu_mode_shows_each_nodes_newest_batch_and_never_reads_the_sample_stream(
+    platform, codec, unique, exporter_process
+) -> None:
+    cluster = f"gpu-{unique}"
+    publish(platform, codec, every_kind(cluster))
+    url = exporter_process(per_gpu="true")
+    # n2 reported on the sample stream only: it is not shown
+    expected = newest_rows(cluster) | gpu_series(cluster, "n1", 0, 3.0) | gpu_series(cluster, "n1", 1, 97.0)
+    samples = wait_for(url, lambda s: of_cluster(s, cluster) == expected, f"the newest rows of {cluster}")
+    assert reads(samples, STATE_GPU_SAMPLES.name) and not reads(samples, GPU_SAMPLES.name)
 
 
 def test_the_commands_scrape_passes_promtool_and_the_client_parser(
-    platform, codec, unique, promtool, request
+    platform, codec, unique, promtool, exporter_process
 ) -> None:
     """What a Prometheus server ingests: every family once, each with one HELP and TYPE line."""
     cluster = f"prom-{unique}"
     publish(platform, codec, every_kind(cluster))
-    url = request.getfixturevalue("exporter_process")
+    url = exporter_process(per_gpu="true")  # every family it can serve
     wait_for(
         url,
         lambda s: (
             ("cluster_gpus_allocated", frozenset({("cluster", cluster)})) in s
+            and any(name == "gpu_utilization" and ("cluster", cluster) in labels for name, labels in s)
             and any(name == "gpulens_consumer_lag_records" for name, _ in s)
             and s.get(("gpulens_exporter_batch_records_count", frozenset()), 0) >= 1
         ),
@@ -322,10 +369,8 @@ def test_the_commands_scrape_passes_promtool_and_the_client_parser(
 
 @pytest.fixture
 def private_topics(platform, unique) -> dict[str, TopicSpec]:
-    """The exported topics under private names (one partition), by their catalog name."""
-    topics = {
-        t.name: dataclasses.replace(t, name=f"{t.name}.{unique}", partitions=1) for t in EXPORTED_TOPICS
-    }
+    """The topics of the per-GPU mode under private names (one partition), by their catalog name."""
+    topics = {t.name: dataclasses.replace(t, name=f"{t.name}.{unique}", partitions=1) for t in PER_GPU_TOPICS}
     create_topics(platform.kafka, topics.values())
     return topics
 
@@ -334,7 +379,7 @@ def private_topics(platform, unique) -> dict[str, TopicSpec]:
 def running_exporter(platform, codec, unique, private_topics) -> Iterator[tuple[str, str]]:
     """An exporter on the private topics in a thread; yields its /metrics URL and group."""
     group = f"exporter-{unique}"
-    settings = ExporterSettings(port=0, group_id=group, lag_interval_s=0.2)
+    settings = ExporterSettings(port=0, group_id=group, lag_interval_s=0.2, per_gpu=True)
     exporter = Exporter(platform.kafka, codec, settings, topics=list(private_topics.values()))
     host, port = exporter.serve()
     stop = threading.Event()

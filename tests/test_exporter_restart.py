@@ -2,7 +2,9 @@
 shows what an exporter that never stopped shows, reads only what came after its checkpoint
 (and the tail of the samples), and answers scrapes while it catches up.
 
-The expected series are the newest rows computed here from what the test published.
+The exporters run in the per-GPU mode, so that every kind of series it can hold is checked
+(each node's newest sample batch from gpulens.state.gpu-samples.v1). The expected series are
+the newest rows computed here from what the test published.
 """
 
 from __future__ import annotations
@@ -37,13 +39,20 @@ from test_exporter import (
     workload_series,
 )
 
-from consumers.prometheus import EXPORTED_TOPICS, Exporter, ExporterSettings
+from consumers.prometheus import PER_GPU_TOPICS, Exporter, ExporterSettings
 from consumers.prometheus.checkpointing import state_log_topic
 from gpulens.platform import free_port
 from schemas.models import Alert, AlertState, Record
 from schemas.state_log import StateLog
 from schemas.topic_admin import create_topics, topic_partitions
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, GPU_SAMPLES, NODE_ALLOCATION, WORKLOAD_USAGE, TopicSpec
+from schemas.topics import (
+    ALERTS,
+    CLUSTER_ALLOCATION,
+    NODE_ALLOCATION,
+    STATE_GPU_SAMPLES,
+    WORKLOAD_USAGE,
+    TopicSpec,
+)
 
 NODES = [f"n{i}" for i in range(12)]
 WORKLOAD_ROUNDS = 10
@@ -70,7 +79,7 @@ def round_of(cluster: str, r: int) -> Published:
         for w in range(r // WORKLOAD_ROUNDS, r // WORKLOAD_ROUNDS + 3)
     ]
     rows += [
-        (GPU_SAMPLES, sample_batch(cluster, n, r, (float((r + i) % 100), float((r * i) % 100))))
+        (STATE_GPU_SAMPLES, sample_batch(cluster, n, r, (float((r + i) % 100), float((r * i) % 100))))
         for i, n in enumerate(NODES)
     ]
     if r % 3 == 0:
@@ -220,6 +229,7 @@ def exporter_factory(config_file: Path, unique: str) -> Iterator:
         env = {f"GPULENS_EXPORTER__{k.upper()}": str(v) for k, v in settings.items()}
         env.setdefault("GPULENS_EXPORTER__CHECKPOINT_INTERVAL_S", "0.3")
         env.setdefault("GPULENS_EXPORTER__LAG_INTERVAL_S", "0.2")
+        env.setdefault("GPULENS_EXPORTER__PER_GPU", "true")
         group = f"exporter-{name}-{unique}"
         return ExporterProcess(config_file, group, config_file.parent / f"{group}.log", env)
 
@@ -242,7 +252,7 @@ def ends(platform) -> dict[tuple[str, int], int]:
     try:
         return {
             (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-            for tp in topic_partitions(platform.kafka, EXPORTED_TOPICS, offset=0)
+            for tp in topic_partitions(platform.kafka, PER_GPU_TOPICS, offset=0)
         }
     finally:
         consumer.close()
@@ -315,13 +325,15 @@ def test_a_restarted_exporter_reads_what_came_after_its_checkpoint_and_the_tail_
         lambda s: restored(s) and of_cluster(s, cluster) == want and caught_up(s), "the newest rows, no lag"
     )
 
-    derived = {t.name for t in EXPORTED_TOPICS if t is not GPU_SAMPLES}
-    derived_after = sum(1 for spec, _ in downtime if spec is not GPU_SAMPLES)
-    samples_after = sum(1 for spec, _ in downtime if spec is GPU_SAMPLES)
+    derived = {t.name for t in PER_GPU_TOPICS if t is not STATE_GPU_SAMPLES}
+    derived_after = sum(1 for spec, _ in downtime if spec is not STATE_GPU_SAMPLES)
+    samples_after = sum(1 for spec, _ in downtime if spec is STATE_GPU_SAMPLES)
     read_derived = total(samples, "gpulens_exporter_records_in_total", derived)
-    read_samples = total(samples, "gpulens_exporter_records_in_total", {GPU_SAMPLES.name})
+    read_samples = total(samples, "gpulens_exporter_records_in_total", {STATE_GPU_SAMPLES.name})
     assert read_derived <= derived_after, "derived records before the checkpoint were read again"
-    assert read_samples <= GPU_SAMPLES.partitions * tail < samples_after, "more than the tail of the samples"
+    assert read_samples <= STATE_GPU_SAMPLES.partitions * tail < samples_after, (
+        "more than the tail of the samples"
+    )
     assert samples[("gpulens_exporter_sample_records_skipped", frozenset())] >= samples_after - read_samples
     assert samples[("gpulens_exporter_restored_series", frozenset())] >= len(NODES) + 3
 
@@ -329,9 +341,9 @@ def test_a_restarted_exporter_reads_what_came_after_its_checkpoint_and_the_tail_
 def test_scrapes_answer_within_a_second_while_a_large_sample_backlog_is_read(platform, codec, unique) -> None:
     """In-process on private topics (a backlog on the catalog's would slow every later reader):
     the exporter serves before it reads, and reading never keeps a scrape waiting."""
-    topics = [dataclasses.replace(t, name=f"{t.name}.{unique}", partitions=1) for t in EXPORTED_TOPICS]
+    topics = [dataclasses.replace(t, name=f"{t.name}.{unique}", partitions=1) for t in PER_GPU_TOPICS]
     create_topics(platform.kafka, topics)
-    samples_topic = next(t for t in topics if t.record is GPU_SAMPLES.record)
+    samples_topic = next(t for t in topics if t.record is STATE_GPU_SAMPLES.record)
     cluster, backlog, nodes = f"backlog-{unique}", 60_000, 200
     producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 20}))
     values = [
@@ -349,7 +361,7 @@ def test_scrapes_answer_within_a_second_while_a_large_sample_backlog_is_read(pla
     assert producer.flush(60) == 0
 
     settings = ExporterSettings(
-        port=0, group_id=f"exporter-{unique}", sample_tail_records=backlog, poll_records=5_000
+        port=0, group_id=f"exporter-{unique}", sample_tail_records=backlog, poll_records=5_000, per_gpu=True
     )
     started = time.monotonic()
     exporter = Exporter(platform.kafka, codec, settings, topics=topics)

@@ -333,7 +333,7 @@ def _served_ports(container: Container, settings: GPULensSettings) -> set[int]:
     name = context.info_name
     ports: set[tuple[str, int]] = set()
     if name == "agent" and settings.agent.metrics_port:
-        ports.add(("0.0.0.0", settings.agent.metrics_port))
+        ports.add((settings.agent.metrics_host, settings.agent.metrics_port))
     if name == "gateway":
         ports.add((settings.gateway.host, params["port"] or settings.gateway.port))
         if settings.gateway.metrics_port:

@@ -2,32 +2,21 @@
 
 A collector, not global gauges: each scrape shows exactly the series the state holds now, so
 the series of a workload that ended disappear instead of freezing at their last value.
-Every metric has a ``cluster`` label; a value the row does not know (null) is left out.
+Every metric has a ``cluster`` label; a value the row does not know (null) is left out. The
+per-GPU gauges (:mod:`schemas.gpu_metrics`) are there only in the per-GPU mode, which holds
+each node's newest sample batch; otherwise the node agents serve them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from consumers.prometheus.state import LatestState
-from schemas.models import ClusterGpuAllocation, GpuSample, NodeGpuAllocation, WorkloadGpuUsage
-
-R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class GaugeDef(Generic[R]):
-    """One exported gauge: its name, help and the column of the row it shows."""
-
-    name: str
-    doc: str
-    value: Callable[[R], float | None]
-
+from schemas.gpu_metrics import GPU_GAUGES, GPU_LABELS, GaugeDef, gauge_families, gpu_label_values
+from schemas.models import ClusterGpuAllocation, NodeGpuAllocation, WorkloadGpuUsage
 
 CLUSTER_GAUGES: tuple[GaugeDef[ClusterGpuAllocation], ...] = (
     GaugeDef(
@@ -75,39 +64,9 @@ WORKLOAD_GAUGES: tuple[GaugeDef[WorkloadGpuUsage], ...] = (
         lambda r: r.pods_active_end,
     ),
 )
-GPU_GAUGES: tuple[GaugeDef[GpuSample], ...] = (
-    GaugeDef(
-        "gpu_utilization", "GFX/SM activity (%) in the node's newest sample.", lambda s: s.utilization_pct
-    ),
-    GaugeDef(
-        "gpu_socket_power_watts",
-        "Socket/board power (W) in the node's newest sample.",
-        lambda s: s.power_watts,
-    ),
-    GaugeDef(
-        "gpu_memory_used_bytes",
-        "VRAM used (bytes) in the node's newest sample.",
-        lambda s: s.memory_used_bytes,
-    ),
-)
-
 CLUSTER_LABELS = ("cluster",)
 NODE_LABELS = ("cluster", "node")
 WORKLOAD_LABELS = ("cluster", "namespace", "kind", "name", "uid")
-GPU_LABELS = ("cluster", "node", "gpu_id", "device_id")
-"""``gpu_id`` is the GPU's index on the node, as Primus-Lens labels it; ``device_id`` its stable id."""
-
-
-def _families(
-    gauges: Sequence[GaugeDef[R]], labels: Sequence[str], rows: Iterable[tuple[Sequence[str], R]]
-) -> Iterator[Metric]:
-    families = [GaugeMetricFamily(g.name, g.doc, labels=labels) for g in gauges]
-    for label_values, row in rows:
-        for gauge, family in zip(gauges, families, strict=True):
-            value = gauge.value(row)
-            if value is not None:
-                family.add_metric(label_values, value)
-    yield from families
 
 
 class StateCollector(Collector):
@@ -118,9 +77,9 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._state.snapshot()
-        yield from _families(CLUSTER_GAUGES, CLUSTER_LABELS, (((r.cluster,), r) for r in snap.clusters))
-        yield from _families(NODE_GAUGES, NODE_LABELS, (((r.cluster, r.node), r) for r in snap.nodes))
-        yield from _families(
+        yield from gauge_families(CLUSTER_GAUGES, CLUSTER_LABELS, (((r.cluster,), r) for r in snap.clusters))
+        yield from gauge_families(NODE_GAUGES, NODE_LABELS, (((r.cluster, r.node), r) for r in snap.nodes))
+        yield from gauge_families(
             WORKLOAD_GAUGES,
             WORKLOAD_LABELS,
             (
@@ -128,10 +87,10 @@ class StateCollector(Collector):
                 for r in snap.workloads
             ),
         )
-        yield from _families(
+        yield from gauge_families(
             GPU_GAUGES,
             GPU_LABELS,
-            (((b.cluster, b.node, str(s.index), s.device_id), s) for b in snap.gpus for s in b.samples),
+            ((gpu_label_values(b.cluster, b.node, s), s) for b in snap.gpus for s in b.samples),
         )
         alerts = GaugeMetricFamily(
             "gpulens_alerts_open", "Alerts opened and not yet resolved.", labels=("cluster", "alert")

@@ -4,9 +4,14 @@ A start never replays history. It binds ``/metrics`` first (``gpulens_exporter_r
 until the state is back), restores the newest row of every series from its state log (see
 :mod:`consumers.prometheus.checkpointing`: the cost follows the live series), and assigns
 itself every partition of its topics (no group rebalancing) from the checkpointed offsets.
-GPU samples are gauges: a sample partition starts at most ``sample_tail_records`` before its
-end, so a backlog piled up during a downtime is skipped rather than replayed. A new group has
-no checkpoint: it reads the derived topics from the beginning and the samples' tail only.
+A new group has no checkpoint: it reads the derived topics from the beginning.
+
+It never reads the GPU sample stream: decoding every batch of every node was most of its work
+on a large cluster, and the node agents serve the per-GPU gauges themselves. In the per-GPU
+mode (``per_gpu``, for small clusters) it also reads each node's newest batch from the
+compacted ``gpulens.state.gpu-samples.v1``; samples are gauges, so a partition of it starts at
+most ``sample_tail_records`` before its end and a backlog piled up during a downtime is
+skipped rather than replayed.
 
 Every ``checkpoint_interval_s`` the consumer commits (dead letters first, then the group's
 offsets, for the usual tools) and the series changed since, with those offsets, go to the state
@@ -39,18 +44,26 @@ from schemas.models import GpuSampleBatch
 from schemas.retrying import retry_transient
 from schemas.settings import KafkaSettings
 from schemas.topic_admin import topic_partitions
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, GPU_SAMPLES, NODE_ALLOCATION, WORKLOAD_USAGE, TopicSpec
+from schemas.topics import (
+    ALERTS,
+    CLUSTER_ALLOCATION,
+    NODE_ALLOCATION,
+    STATE_GPU_SAMPLES,
+    WORKLOAD_USAGE,
+    TopicSpec,
+)
 
 log = logging.getLogger(__name__)
 
-EXPORTED_TOPICS: tuple[TopicSpec, ...] = (
-    CLUSTER_ALLOCATION,
-    NODE_ALLOCATION,
-    WORKLOAD_USAGE,
-    GPU_SAMPLES,
-    ALERTS,
-)
-"""What the exporter reads by default."""
+EXPORTED_TOPICS: tuple[TopicSpec, ...] = (CLUSTER_ALLOCATION, NODE_ALLOCATION, WORKLOAD_USAGE, ALERTS)
+"""What the exporter reads by default: the worker's aggregates and alerts."""
+PER_GPU_TOPICS: tuple[TopicSpec, ...] = (*EXPORTED_TOPICS, STATE_GPU_SAMPLES)
+"""What it reads in the per-GPU mode: also each node's newest sample batch."""
+
+
+def exported_topics(settings: ExporterSettings) -> tuple[TopicSpec, ...]:
+    """The catalog topics an exporter with ``settings`` reads."""
+    return PER_GPU_TOPICS if settings.per_gpu else EXPORTED_TOPICS
 
 
 class Exporter:
@@ -67,10 +80,11 @@ class Exporter:
         codec: AvroCodec,
         settings: ExporterSettings,
         *,
-        topics: Sequence[TopicSpec] = EXPORTED_TOPICS,
+        topics: Sequence[TopicSpec] | None = None,
     ) -> None:
+        """``topics``: the catalog's (:func:`exported_topics`) unless given (private copies)."""
         self._kafka, self._codec, self._settings = kafka, codec, settings
-        self._topics = list(topics)
+        topics = self._topics = list(exported_topics(settings) if topics is None else topics)
         self.state = LatestState(workload_max_age_windows=settings.workload_max_age_windows)
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(self.state))

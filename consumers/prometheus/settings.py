@@ -41,13 +41,24 @@ class ExporterSettings(BaseModel):
             "the group's offsets committed): what a restart reads again at most."
         ),
     )
+    per_gpu: bool = Field(
+        default=False,
+        description=(
+            "Also serve the per-GPU gauges (gpu_utilization, gpu_socket_power_watts, "
+            "gpu_memory_used_bytes) from each node's newest sample batch on "
+            "gpulens.state.gpu-samples.v1, which the worker's `latest` processor writes (`gpulens "
+            "up` runs it when this is on). For small clusters: the node agents serve the same "
+            "gauges on their own /metrics, and the exporter never reads the sample stream."
+        ),
+    )
     sample_tail_records: int = Field(
         default=10_000,
         ge=0,
         description=(
-            "At start, each GPU sample partition is read from at most this many records before its "
-            "end, whatever the checkpoint says: samples are gauges, a backlog of older ones would "
-            "only be overwritten. A node whose newest sample lies further back shows its "
-            "checkpointed sample (or none, for a new group) until it reports again."
+            "Per-GPU mode: at start, each partition of the newest-samples topic is read from at "
+            "most this many records before its end, whatever the checkpoint says: samples are "
+            "gauges, a backlog of older ones would only be overwritten. A node whose newest sample "
+            "lies further back shows its checkpointed sample (or none, for a new group) until it "
+            "reports again."
         ),
     )

@@ -1,15 +1,21 @@
-"""The agent's own Prometheus metrics, in a registry of its own so that two agents never collide."""
+"""The agent's Prometheus metrics, in a registry of its own so that two agents never collide:
+its own health, and its node's per-GPU gauges (:mod:`producers.agent.gauges`)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from producers.agent.gauges import GpuGauges
+
 
 class AgentMetrics:
-    """What an operator needs to trust a node agent: is each collector on, fresh, and is data leaving."""
+    """What an operator needs to trust a node agent (is each collector on, fresh, and is data
+    leaving), and what its GPUs read now."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.gpus = GpuGauges()
+        self.registry.register(self.gpus)
         self.collector_enabled = Gauge(
             "gpulens_agent_collector_enabled",
             "1 while the collector works, 0 once switched off (library, socket or tree missing).",

@@ -1,4 +1,5 @@
-"""The agent loop: every interval one GpuSampleBatch, inventory when it changed, container changes.
+"""The agent loop: every interval one GpuSampleBatch, inventory when it changed, container changes,
+and the round's samples on the agent's own /metrics (:class:`~producers.agent.gauges.GpuGauges`).
 
 One thread does everything (collection, delivery callbacks, spooling), so nothing here
 needs a lock. A collector that cannot work on this node is switched off once, at start, with
@@ -130,6 +131,8 @@ class NodeAgent:
             if held is not None:
                 for event in self._tracker.changes(held, at):
                     self._sender.send(CONTAINERS, event)
+        # holders as last seen: a kubelet that missed this round does not unlabel the GPUs
+        self._metrics.gpus.update(self.who.cluster, self.who.node, samples, gpus, self._tracker.held)
         self._sender.pump()
 
     def _publish_inventory(self, at: datetime, gpus: list[GpuDevice], rdma: list[RdmaDevice]) -> None:

@@ -76,5 +76,12 @@ class AgentSettings(BaseModel):
     )
     drain_batch: int = Field(default=1000, gt=0, description="Spooled records re-sent per pass.")
     metrics_port: int = Field(
-        default=9402, ge=0, le=65535, description="Port of the agent's Prometheus metrics; 0 turns it off."
+        default=9402,
+        ge=0,
+        le=65535,
+        description="Port of the agent's /metrics (its health and its GPUs' gauges); 0 turns it off.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Address /metrics binds (0.0.0.0 in the DaemonSet, where Prometheus scrapes every node).",
     )

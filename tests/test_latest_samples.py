@@ -1,0 +1,108 @@
+"""The worker's `latest` processor: each node's newest GPU sample batch on the compacted
+gpulens.state.gpu-samples.v1, at most one per node per --latest-every of event time.
+
+`gpulens worker --processors latest` runs as a process on a private platform; what it writes
+is read back and compared with the batches a rule computed here picks (a node's first, then
+the first at least the interval after the last one kept), byte for byte.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from test_exporter import sample_batch
+
+from schemas.models import GpuSampleBatch, Watermark
+from schemas.topics import GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
+
+EVERY_S = 10
+T0 = datetime(2024, 5, 1, tzinfo=UTC)  # sample_batch's epoch
+
+
+@pytest.fixture
+def platform(module_platform):
+    return module_platform[0]
+
+
+def due(seconds: list[int], every_s: int) -> list[int]:
+    """The sample times republished: the first, then each one at least ``every_s`` after the last kept."""
+    kept: list[int] = []
+    for second in seconds:
+        if not kept or second - kept[-1] >= every_s:
+            kept.append(second)
+    return kept
+
+
+def read_cluster(platform, codec, cluster: str, count: int, timeout: float = 90) -> list[GpuSampleBatch]:
+    consumer = Consumer(
+        platform.kafka.librdkafka(
+            **{
+                "group.id": f"latest-{cluster}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    consumer.subscribe([STATE_GPU_SAMPLES.name])
+    found: list[GpuSampleBatch] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < count:
+            assert time.monotonic() < deadline, f"{len(found)} of {count} batches in time"
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            batch = codec.decode(STATE_GPU_SAMPLES, message.value())
+            if batch.cluster == cluster:
+                assert message.key() == record_key(STATE_GPU_SAMPLES, batch)
+                found.append(batch)
+        end = time.monotonic() + 1.0  # and nothing more
+        while time.monotonic() < end:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                batch = codec.decode(STATE_GPU_SAMPLES, message.value())
+                assert batch.cluster != cluster, f"one batch too many: {batch.node} at {batch.event_time}"
+    finally:
+        consumer.close()
+    return found
+
+
+def test_each_nodes_batch_is_republished_at_most_once_per_interval(
+    platform, module_platform, codec, unique, spawned
+):
+    cluster, nodes = f"latest-{unique}", ("n0", "n1")
+    seconds = {"n0": list(range(0, 61, 2)), "n1": [1, 4, 9, 11, 20, 29, 31, 45, 47, 58]}
+    batches = [sample_batch(cluster, n, s, (float(s), 100.0 - s)) for n in nodes for s in seconds[n]]
+    end = Watermark(
+        event_id=f"{cluster}/end",
+        cluster=cluster,
+        event_time=T0 + timedelta(seconds=90),
+        source="node-agent",
+        final=True,
+    )
+    producer = Producer(platform.kafka.librdkafka())
+    for batch in batches:
+        producer.produce(
+            GPU_SAMPLES.name, key=record_key(GPU_SAMPLES, batch), value=codec.encode(GPU_SAMPLES, batch)
+        )
+    producer.produce(WATERMARKS.name, key=record_key(WATERMARKS, end), value=codec.encode(WATERMARKS, end))
+    assert producer.flush(30) == 0
+
+    config = module_platform[1]
+    log = config.parent / f"worker-latest-{unique}.log"
+    command = [sys.executable, "-m", "gpulens", "--config", str(config), "worker", "--processors", "latest",
+               "--latest-every", str(EVERY_S), "--group", f"latest-{unique}"]  # fmt: skip
+    with log.open("wb") as stderr:
+        spawned.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr))
+
+    want = [b for n in nodes for b in batches if b.node == n and b.event_time in {
+        T0 + timedelta(seconds=s) for s in due(seconds[n], EVERY_S)}]  # fmt: skip
+    assert len(want) == 7 + 5  # n0: 0, 10, ..., 60; n1: 1, 11, 29, 45, 58
+    got = read_cluster(platform, codec, cluster, len(want))
+    for node in nodes:  # in event-time order per node, each exactly as published
+        assert [b for b in got if b.node == node] == [b for b in want if b.node == node], log.read_text()
