@@ -11,7 +11,8 @@ partition of every catalog topic with ``cleanup.policy=delete`` at the lower of
   consumed stays; a partition no group has committed on stays whole), where each of the
   ``required`` groups must have committed on every partition of the topics it reads (a
   pipeline group that has not started, or reads a partition from its first record without a
-  commit yet, holds the whole partition back); and
+  commit yet, holds the whole partition back), and counts only there (the exporter's group
+  of an earlier release committed on the GPU samples, which it no longer reads); and
 - the first offset whose timestamp lies within the topic's retention (the catalog's
   ``retention.ms``, capped at ``keep_ms``: the embedded broker cannot hold days of samples),
 
@@ -213,6 +214,11 @@ class Retainer:
             committed = {
                 (tp.topic, tp.partition): tp.offset for tp in found.topic_partitions if tp.offset >= 0
             }
+            if (
+                group in self._policy.required
+            ):  # a pipeline group's commits on what it no longer reads hold nothing
+                reads = {t.name for t in self._policy.required[group]}
+                committed = {where: offset for where, offset in committed.items() if where[0] in reads}
             needed = {
                 (t.name, p)
                 for t in self._policy.required.get(group, ())

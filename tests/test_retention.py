@@ -154,6 +154,20 @@ def test_a_required_group_that_has_not_committed_holds_its_partitions(
     assert low_watermarks(platform, events.name) == {0: 12, 1: 0}
 
 
+def test_a_required_groups_commits_on_topics_it_no_longer_reads_hold_nothing_back(
+    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
+) -> None:
+    events, _state = topics
+    exporter, worker = f"ret-exporter-{unique}", f"ret-worker-{unique}"
+    consume_to(platform, exporter, events.name, {0: 2, 1: 3})  # an earlier release read the topic
+    consume_to(platform, worker, events.name, {0: 15, 1: 16})
+    policy = RetentionPolicy(topics=(events,), keep_ms=0, required={exporter: (), worker: (events,)})
+
+    Retainer(platform.kafka, policy).run_once()
+
+    assert low_watermarks(platform, events.name) == {0: 15, 1: 16}
+
+
 def test_ignored_groups_hold_nothing_back_and_unread_partitions_stay(
     platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
 ) -> None:
