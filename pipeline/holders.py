@@ -46,8 +46,8 @@ class GpuHolders:
     def inventory(self, inventory: DeviceInventory) -> None:
         """Learn the names of a node's GPUs."""
         for device in inventory.gpus:
-            for alias in (device.uuid, device.bdf, device.serial):
-                if alias and self._aliases.get(alias) != device.device_id:
+            for alias in device.aliases:
+                if self._aliases.get(alias) != device.device_id:
                     self._aliases[alias] = device.device_id
                     self.changed.add(("alias", alias))
 

@@ -299,6 +299,11 @@ class GpuDevice(Record):
     parent_device_id: str | None = Field(default=None, description="Parent GPU of a MIG/partition.")
     partition: str | None = Field(default=None, description="MIG profile or compute partition.")
 
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The other names device plugins give this GPU (UUID, PCI address, serial), where known."""
+        return tuple(name for name in (self.uuid, self.bdf, self.serial) if name)
+
 
 class RdmaDevice(Record):
     """One RDMA/InfiniBand port from /sys/class/infiniband."""

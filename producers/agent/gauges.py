@@ -36,7 +36,7 @@ def holders(
 ) -> dict[str, list[ContainerKey]]:
     """``device_id`` -> the containers holding that GPU, in order, whatever name the device
     plugin gave it."""
-    alias = {name: gpu.device_id for gpu in gpus for name in (gpu.uuid, gpu.bdf, gpu.serial) if name}
+    alias = {name: gpu.device_id for gpu in gpus for name in gpu.aliases}
     found: dict[str, list[ContainerKey]] = {}
     for container, devices in sorted(held.items()):
         for device in devices:
