@@ -23,6 +23,7 @@ import pytest
 from alert_oracle import SAMPLES, idle_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
+from trace_slices import head_of
 
 from producers.replay import genai_duty
 from producers.replay.locating import traces_dir
@@ -38,14 +39,6 @@ SOURCE_TIMEOUT_S = 30
 """Longer than the producers' start skew: 0-5 s of delay plus reading the trace on a busy machine
 (at 15 s, a node part that spoke 15 s after its cluster's first source under a load of 10 was
 judged absent, and every window of its cluster closed with no capacity)."""
-
-
-def head_of(path: Path, rows: int, into: Path) -> Path:
-    """The first ``rows`` data rows of a CSV: a slice of the trace keeps the test short."""
-    with path.open() as handle:
-        lines = [next(handle) for _ in range(rows + 1)]
-    into.write_text("".join(lines))
-    return into
 
 
 def gpulens(config: Path, *args: str) -> list[str]:

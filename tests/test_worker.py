@@ -1,4 +1,10 @@
-"""The allocation worker as a process: replay -> worker -> rows equal to the CSV, also across kill -9."""
+"""The allocation worker as a process: replay -> worker -> rows equal to the CSV, also across kill -9.
+
+One test replays the whole Alibaba trace, on a platform of its own; the others prove what holds
+on any trace (a kill, a restart, shards) with the head of it, against the oracle of that slice:
+a worker of a new group reads every record the module's earlier tests left, so a whole trace
+left there would be read again by each of them.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +17,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from alert_oracle import idle_alerts_from_csv
+from alert_oracle import SAMPLES, idle_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pod_events import T0, at, leaving_at_a_window_start
 from prometheus_client.parser import text_string_to_metric_families
+from trace_slices import head_of
 from worker_support import (
     EPOCH,
     PODS_CSV,
@@ -39,6 +46,11 @@ from schemas.models import Alert, DeadLetter, Watermark
 from schemas.sharding import Shard
 from schemas.topics import ALERTS, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
 
+SLICE_PODS = 1_000
+"""Pods of the trace's head a slice replays: 884 GPU pods, still spanning the trace's 3,585 hours."""
+PACED_SPEED = "1000000"
+"""Trace seconds per wall second of a paced replay of the slice: its 3,585 hours take 13 s."""
+
 
 @pytest.fixture(scope="module")
 def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
@@ -49,6 +61,11 @@ def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
 @pytest.fixture(scope="module")
 def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
     return module_platform[1]
+
+
+@pytest.fixture
+def pods_slice(tmp_path: Path) -> Path:
+    return head_of(PODS_CSV, SLICE_PODS, tmp_path / "pods.csv")
 
 
 @pytest.fixture
@@ -65,13 +82,13 @@ def processes():
                 process.wait()
 
 
-def test_replay_through_the_worker_gives_the_csv_rows(
-    platform, codec, config_file, unique, processes
-) -> None:
+def test_replay_through_the_worker_gives_the_csv_rows(own_platform, own_codec, unique, spawned) -> None:
+    """The whole trace, on a platform of its own (see the module's docstring)."""
+    platform, config_file = own_platform
     cluster = f"e2e-{unique}"
-    reader = RowReader(platform, codec, cluster)
-    processes.append(start_worker(config_file, f"g-{unique}"))
-    processes.append(replay(config_file, cluster))
+    reader = RowReader(platform, own_codec, cluster)
+    spawned.append(start_worker(config_file, f"g-{unique}"))
+    spawned.append(replay(config_file, cluster))
     try:
         rows = reader.read_until(len(expected_rows(PODS_CSV, 3600)), 180)
     finally:
@@ -148,24 +165,27 @@ def test_a_replay_after_the_smoke_check_is_not_late(platform, codec, config_file
 
 
 def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
-    platform, codec, config_file, unique, processes
+    platform, codec, config_file, unique, processes, pods_slice
 ) -> None:
+    """The replay is paced, so the windows close over its 13 s and the kill lands between them."""
     cluster = f"kill-{unique}"
     group = f"g-{unique}"
     reader = RowReader(platform, codec, cluster)
     try:
         first = start_worker(config_file, group)
         processes.append(first)
-        processes.append(replay(config_file, cluster))
+        replaying = replay(config_file, cluster, "--speed", PACED_SPEED, pods=pods_slice)
+        processes.append(replaying)
         assert len(reader.read_until(300, 120)) >= 300, "the worker produced nothing before the kill"
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
+        assert replaying.poll() is None, "the kill came mid-stream: the replay was still publishing"
         processes.append(start_worker(config_file, group))
-        rows = reader.read_until(len(expected_rows(PODS_CSV, 3600)), 180)
+        rows = reader.read_until(len(expected_rows(pods_slice, 3600)), 180)
         rows = reader.read_until(len(rows) + 1, 3)  # one more row would be a duplicate: look for it
     finally:
         reader.close()
-    assert_rows_equal_the_csv(rows)
+    assert_rows_equal_the_csv(rows, pods_slice)
 
 
 def worker_metrics(port: int) -> dict[str, float]:
@@ -194,7 +214,7 @@ def wait_caught_up(port: int, group: str, deadline_s: float) -> dict[str, float]
 
 
 def test_a_restarted_worker_restores_its_state_and_reads_only_what_came_after(
-    platform, codec, config_file, unique, processes
+    platform, codec, config_file, unique, processes, pods_slice
 ) -> None:
     cluster, group = f"restore-{unique}", f"g-{unique}"
     reader = RowReader(platform, codec, cluster)
@@ -202,10 +222,10 @@ def test_a_restarted_worker_restores_its_state_and_reads_only_what_came_after(
         port = free_port()
         first = start_worker(config_file, group, "--metrics-port", str(port))
         processes.append(first)
-        processes.append(replay(config_file, cluster))
-        reader.read_until(len(expected_rows(PODS_CSV, 3600)), 180)
+        processes.append(replay(config_file, cluster, pods=pods_slice))
+        reader.read_until(len(expected_rows(pods_slice, 3600)), 180)
         before = wait_caught_up(port, group, 60)
-        assert before["gpulens_worker_records_in_total"] > 10_000, "the first worker read the replay"
+        assert before["gpulens_worker_records_in_total"] > SLICE_PODS, "the first worker read the replay"
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         port = free_port()
@@ -218,7 +238,7 @@ def test_a_restarted_worker_restores_its_state_and_reads_only_what_came_after(
 
 
 def test_two_worker_shards_split_the_clusters_and_each_gets_its_rows_once(
-    platform, codec, config_file, unique, processes
+    platform, codec, config_file, unique, processes, pods_slice
 ) -> None:
     names = (f"shard{n}-{unique}" for n in range(100))
     by_shard = {Shard(0, 2): "", Shard(1, 2): ""}
@@ -230,12 +250,12 @@ def test_two_worker_shards_split_the_clusters_and_each_gets_its_rows_once(
     for shard in by_shard:
         processes.append(start_worker(config_file, f"g-{unique}", "--shard", str(shard)))
     for cluster in by_shard.values():
-        processes.append(replay(config_file, cluster))
+        processes.append(replay(config_file, cluster, pods=pods_slice))
     try:
         for reader in readers.values():
-            rows = reader.read_until(len(expected_rows(PODS_CSV, 3600)), 240)
+            rows = reader.read_until(len(expected_rows(pods_slice, 3600)), 240)
             rows = reader.read_until(len(rows) + 1, 2)  # a row of the other shard would be a duplicate
-            assert_rows_equal_the_csv(rows)
+            assert_rows_equal_the_csv(rows, pods_slice)
     finally:
         for reader in readers.values():
             reader.close()
@@ -278,15 +298,19 @@ def test_a_sharded_worker_dead_letters_a_record_whose_key_names_another_cluster(
 
 
 def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
-    platform, codec, config_file, unique, processes
+    platform, codec, config_file, unique, processes, tmp_path
 ):
+    """The head of the duty-cycle trace (222 alerts of 40 pods); test_alerting checks the
+    whole trace's alerts through the operator."""
     cluster = f"idle-{unique}"
-    expected = idle_alerts_from_csv(5.0, 600.0)
+    samples = head_of(SAMPLES, 12_000, tmp_path / "duty.csv")
+    expected = idle_alerts_from_csv(5.0, 600.0, samples)
     command = gpulens(
-        config_file, "worker", "--processors", "alerts", "--group", f"a-{unique}", "--idle-ms", "3000"
-    )
+        config_file, "worker", "--processors", "alerts", "--group", f"a-{unique}", "--idle-ms", "3000",
+        "--source-timeout", "1",
+    )  # fmt: skip
     processes.append(spawn(command, config_file.parent / f"worker-a-{unique}.log"))
-    replaying = gpulens(config_file, "replay", "genai-duty")
+    replaying = gpulens(config_file, "replay", "genai-duty", "--samples", str(samples))
     processes.append(
         spawn(
             replaying,

@@ -1,5 +1,6 @@
 """The allocation worker as a process, for the tests that run it: start it and a replay of the
-Alibaba trace, read the rows it commits, and compare them with the CSV's oracle."""
+Alibaba trace (or of a slice of it), read the rows it commits, and compare them with the oracle
+of the CSV replayed."""
 
 from __future__ import annotations
 
@@ -35,25 +36,19 @@ def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> s
 
 
 def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[bytes]:
+    """A worker writing hourly cluster rows only (the rows these tests read). A replay is its
+    cluster's only source, so the worker waits 1 s, not the default 10, for other sources of a
+    cluster new to it to speak: no other source exists, and each test's worker would sit idle."""
     command = gpulens(
-        config,
-        "worker",
-        "--window",
-        "3600",
-        "--no-nodes",
-        "--processors",
-        "allocation",
-        "--group",
-        group,
-        "--idle-ms",
-        "3000",
-        *extra,
-    )
+        config, "worker", "--window", "3600", "--no-nodes", "--no-overview", "--processors", "allocation",
+        "--group", group, "--idle-ms", "3000", "--source-timeout", "1", *extra,
+    )  # fmt: skip
     return spawn(command, config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log")
 
 
-def replay(config: Path, cluster: str, *extra: str) -> subprocess.Popen[bytes]:
-    command = gpulens(config, "replay", "alibaba-v2023", "--pods", str(PODS_CSV), *extra)
+def replay(config: Path, cluster: str, *extra: str, pods: Path = PODS_CSV) -> subprocess.Popen[bytes]:
+    """A replay of the pods CSV ``pods`` (the whole trace, or a slice of it) into ``cluster``."""
+    command = gpulens(config, "replay", "alibaba-v2023", "--pods", str(pods), *extra)
     return spawn(
         command, config.parent / f"replay-{cluster}.log", env={**os.environ, "GPULENS_CLUSTER": cluster}
     )
@@ -82,8 +77,9 @@ class RowReader:
         self._consumer.close()
 
 
-def assert_rows_equal_the_csv(rows: list[ClusterGpuAllocation]) -> None:
-    expected = expected_rows(PODS_CSV, 3600)
+def assert_rows_equal_the_csv(rows: list[ClusterGpuAllocation], pods: Path = PODS_CSV) -> None:
+    """``rows`` are the hourly rows the oracle computes from the pods CSV ``pods``, each once."""
+    expected = expected_rows(pods, 3600)
     assert len({r.event_id for r in rows}) == len(rows), "a window was published twice"
     assert [int((r.window_start - EPOCH).total_seconds()) for r in rows] == [e.window_start for e in expected]
     assert [r.gpus_allocated_avg for r in rows] == pytest.approx(
