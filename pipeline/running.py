@@ -464,26 +464,21 @@ class StreamWorker:
                     if released is not None and event_ms < released and isinstance(record, STATE_CHANGES):
                         record, event_ms = _restamp(record, released), released
         except DecodeError as err:
-            # Undecodable records keep their place in the partition: the offset committed past
-            # them must never skip a record still waiting in the merge.
             record, event_ms, cluster = err, self._last_ms.get((topic, partition), 0), ""
         if self._positions.seen(cluster, topic, partition, offset):
             return  # processed before the restart (another cluster held the restart offset back)
+        stamped = Stamped(event_ms, self._rank[topic], partition, offset, topic, record, key, message.value())
+        if not cluster:
+            # An undecodable record, or another shard's: no clock orders it, so it is dead-lettered
+            # or passed over now (it waited for every partition's end in a merge of its own: 200,000
+            # junk records stalled the worker for a minute). The offset committed past it still
+            # never skips a record of another cluster waiting in its merge (see _commit).
+            self._process(stamped, cluster, None)
+            return
         merge = self._merges.get(cluster)
         if merge is None:
             merge = self._merges[cluster] = EventTimeMerge(self._ends, idle_ms=self._options.idle_ms)
-        merge.add(
-            Stamped(
-                event_ms,
-                self._rank[topic],
-                partition,
-                offset,
-                topic,
-                record,
-                key,
-                message.value(),
-            )
-        )
+        merge.add(stamped)
 
     def _process(self, item: Stamped[Input], cluster: str, stop: threading.Event | None) -> bool:
         """Process one released record; False when ``stop`` came while its windows closed."""
