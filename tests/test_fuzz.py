@@ -20,19 +20,22 @@ import pytest
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from hostile_support import DeadLetterReader, metric, peak_rss_mb, start, wait
+from trace_slices import head_of
 
 from consumers.clickhouse.client import get_client
+from consumers.prometheus.exporting import EXPORTED_TOPICS
 from gpulens.platform import free_port
 from producers.replay.locating import traces_dir
 from schemas.codec import AvroCodec
 from schemas.examples import example_events
 from schemas.exceptions import DecodeFailure
-from schemas.models import GpuSampleBatch, NodeEvent, PodEvent
+from schemas.models import Alert, AlertState, Event, GpuSampleBatch, NodeEvent, PodEvent
 from schemas.producing import produce_with_backpressure
-from schemas.topics import CLUSTER_ALLOCATION, GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
+from schemas.topics import ALERTS, CLUSTER_ALLOCATION, GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
 
-JUNK_TOPICS = (PODS, NODES, GPU_SAMPLES)
-GARBAGE_PER_TOPIC = 67_000
+JUNK_TOPICS = (PODS, NODES, GPU_SAMPLES, ALERTS)
+"""The worker's inputs, and one of the exporter's (it reads the worker's outputs, not samples)."""
+GARBAGE_PER_TOPIC = 50_000
 HOUR = 3600
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 VALID = "fuzz-valid"
@@ -40,14 +43,25 @@ JUNK = "fuzz-junk"
 WORKER_READS = {PODS.name, NODES.name, GPU_SAMPLES.name}
 """Of the junk topics, those `gpulens worker --processors allocation` reads (its cluster
 overview counts GPUs in use from the samples)."""
-EXPORTER_READS = {GPU_SAMPLES.name}
+EXPORTER_READS = {t.name for t in EXPORTED_TOPICS} & {t.name for t in JUNK_TOPICS}
 RSS_LIMIT_MB = 1024
+
+
+def _template(spec: TopicSpec) -> Event:
+    """A valid record of ``spec`` in the junk cluster (the examples have no alert)."""
+    if spec is ALERTS:
+        at = datetime(2026, 11, 1, 12, tzinfo=UTC)
+        return Alert(
+            event_id=f"{JUNK}/alert", cluster=JUNK, event_time=at, source="fuzz", alert="GpuIdle",
+            state=AlertState.OPENED, entity="gpu-0", since=at, message="GpuIdle gpu-0",
+        )  # fmt: skip
+    return example_events(JUNK)[spec]
 
 
 def _garbage(codec: AvroCodec, spec: TopicSpec, rnd: random.Random) -> list[tuple[bytes, str]]:
     """Undecodable values of every kind, each with the reason it must be dead-lettered with."""
     header = struct.pack(">bI", 0, codec.schema_id(spec))
-    valid = codec.encode(spec, example_events(JUNK)[spec])
+    valid = codec.encode(spec, _template(spec))
     out: list[tuple[bytes, str]] = []
     for i in range(GARBAGE_PER_TOPIC):
         kind = i % 4
@@ -68,13 +82,15 @@ def _garbage(codec: AvroCodec, spec: TopicSpec, rnd: random.Random) -> list[tupl
 
 def _invalid(codec: AvroCodec, spec: TopicSpec) -> list[bytes]:
     """Valid Avro breaking the models' rules: NaN, infinity, out of range, far-off times."""
-    template = example_events(JUNK)[spec]
+    template = _template(spec)
     far = [datetime(2200, 1, 1, tzinfo=UTC), datetime(1970, 1, 2, tzinfo=UTC)]
     if isinstance(template, PodEvent):
         bad = [template.model_copy(update={"gpu_amount": v}) for v in (-1.0, math.nan, math.inf)]
     elif isinstance(template, NodeEvent):
         resource = next(iter(template.gpu_capacity))
         bad = [template.model_copy(update={"gpu_capacity": {resource: v}}) for v in (-8.0, math.nan)]
+    elif isinstance(template, Alert):
+        bad = [template.model_copy(update={"since": at}) for at in far]
     else:
         assert isinstance(template, GpuSampleBatch)
         gpu = template.samples[0]
@@ -124,9 +140,10 @@ def test_junk_mixed_with_a_replay_is_dead_lettered_and_the_valid_rows_are_exact(
 ) -> None:
     settings, config = own_platform
     codec = own_codec
-    pods_csv = tmp_path / "pods.csv"  # 300 pods span the trace's 3,585 hourly windows, as all 8,152 do
-    with (traces_dir() / "alibaba-gpu-v2023" / "openb_pod_list_default.csv").open() as handle:
-        pods_csv.write_text("".join(next(handle) for _ in range(301)))
+    # 300 pods span the trace's 3,585 hourly windows, as all 8,152 do
+    pods_csv = head_of(
+        traces_dir() / "alibaba-gpu-v2023" / "openb_pod_list_default.csv", 300, tmp_path / "pods.csv"
+    )
 
     port_worker, port_sink, port_exporter = free_port(), free_port(), free_port()
     worker = start(
@@ -147,7 +164,7 @@ def test_junk_mixed_with_a_replay_is_dead_lettered_and_the_valid_rows_are_exact(
     )
     processes = [worker, sink, exporter]
     spawned += processes
-    # the exporter starts a new group at the samples' tail (gauges skip a backlog): it is up first
+    # the exporter is up first: it reads the junk on the alerts from the start
     wait(lambda: metric(port_exporter, "gpulens_exporter_restored") == 1, 120, "the exporter", *processes)
 
     # junk first, the valid replay while the junk is read, more junk after it
