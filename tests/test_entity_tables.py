@@ -528,8 +528,10 @@ def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
     reason="known defect, a minute to show it: set GPULENS_KNOWN_DEFECTS=1 to run it",
 )
 @pytest.mark.xfail(
-    reason="after the restart, the last pod event of some partitions is written twice, in consecutive "
-    "offsets of one transaction (no kill: no repeats; cause not found yet)",
+    reason="2 runs in 8 since the repeated rows were fixed (see exactly_once): after the restart, a "
+    "state topic (gpulens.state.devices.v1 in the one looked at) stays short of rows past the wait "
+    "(no error in the app's log; not told apart yet: a partition stalled after Sequence.rewind, "
+    "or records lost)",
     strict=False,
 )
 def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
