@@ -18,20 +18,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "infra" / "prometheus"
 
 
+def _assert_promtool_succeeds(promtool: Path, cwd: Path, *args: str) -> None:
+    result = subprocess.run(
+        [str(promtool), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("command", "file"), [("check", "rules.yml"), ("test", "rules_test.yml")], ids=["check", "test"]
 )
 def test_promtool_rules(promtool: Path, command: str, file: str) -> None:
-    result = subprocess.run(
-        [str(promtool), command, "rules", file],
-        cwd=RULES,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    _assert_promtool_succeeds(promtool, RULES, command, "rules", file)
 
 
 def test_promtool_checks_the_scrape_config(promtool: Path, tmp_path: Path) -> None:
@@ -43,16 +42,7 @@ def test_promtool_checks_the_scrape_config(promtool: Path, tmp_path: Path) -> No
         assert job.pop("kubernetes_sd_configs") == [{"role": "pod", "namespaces": {"names": ["gpulens"]}}]
         job["static_configs"] = [{"targets": []}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    result = subprocess.run(
-        [str(promtool), "check", "config", "prometheus.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    _assert_promtool_succeeds(promtool, tmp_path, "check", "config", "prometheus.yml")
 
 
 def test_the_agents_job_keeps_every_agent_pods_metrics_port_with_its_own_labels() -> None:
