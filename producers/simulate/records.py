@@ -23,8 +23,6 @@ from schemas.models import (
     DeviceInventory,
     DeviceKind,
     GpuDevice,
-    GpuSample,
-    GpuSampleBatch,
     NodeEvent,
     OwnerReference,
     PodCondition,
@@ -168,16 +166,10 @@ class RecordBuilder:
             rdma_devices=node.rdma,
         )
 
-    def samples(self, node: SimNode, samples: list[GpuSample], at_ms: int) -> GpuSampleBatch:
-        """One collection round of ``node``."""
-        return GpuSampleBatch(
-            event_id=event_id(self.cluster, SOURCE, node.name, "gpu-samples", at_ms),
-            cluster=self.cluster,
-            event_time=from_ms(at_ms),
-            source=SOURCE,
-            node=node.name,
-            samples=samples,
-        )
+    def samples_id(self, node: SimNode, at_ms: int) -> str:
+        """The event id of ``node``'s GpuSampleBatch at ``at_ms`` (the batch itself is built by
+        column: :class:`producers.simulate.rounds.SampleRound`)."""
+        return event_id(self.cluster, SOURCE, node.name, "gpu-samples", at_ms)
 
     # --- workloads, pods, containers ---------------------------------------------------------
 
