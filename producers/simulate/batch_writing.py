@@ -7,7 +7,8 @@ once, in a row of a byte matrix, with the offsets of those fields; each round th
 event ids, the time and every float of the fleet into the matrix with a few numpy operations
 and slices the rows out. A node is laid out again when what its layout holds changes: the set
 of its GPUs (one lost, one back), an integer field (memory used changes when a pod starts or
-ends, the ECC counter rarely), or the length of the time varint.
+ends, the ECC counter rarely); all are when the length of the time varint changes, or which
+float columns are null.
 
 The bytes are exactly :meth:`schemas.codec.AvroCodec.encode`'s for :meth:`SampleRound.batches`
 (tests compare them byte for byte); the writer refuses a committed schema whose shape it does
@@ -108,6 +109,8 @@ class SampleBatchWriter:
         self._time_at = 0
         """Offset of the event time in every row (the cluster's length decides it)."""
         self._time_len = 0
+        self._nulls: frozenset[str] = frozenset()
+        """The float columns null in every sample of the layouts."""
 
     def write(self, round_: SampleRound) -> tuple[list[bytes], list[bytes]]:
         """Keys and values of every batch of ``round_``, in its node order."""
@@ -117,8 +120,9 @@ class SampleBatchWriter:
             raise ValueError(f"a writer of {self._origin} got a round of {(round_.cluster, round_.source)}")
         rows = self._rows_of(round_)
         time = avro_long(round_.at_ms)
-        if len(time) != self._time_len:  # every layout moves: lay them all out again
-            self._time_len = len(time)
+        nulls = frozenset(name for name, column in round_.floats.items() if column is None)
+        if (len(time), nulls) != (self._time_len, self._nulls):  # every layout moves: all laid out again
+            self._time_len, self._nulls = len(time), nulls
             self._length[:] = -1
         self._lay_out(round_, rows, self._changed(round_, rows))
         matrix, at = self._matrix, self._time_at
