@@ -18,9 +18,9 @@ import pytest
 from producers.simulate import ChurnRates, ClusterSimulation, SimulationSpec
 from producers.simulate.batch_writing import SampleBatchWriter, avro_long
 from producers.simulate.rounds import SampleRound
-from producers.simulate.specs import to_ms
+from producers.simulate.specs import SOURCE, to_ms
 from schemas.codec import AvroCodec
-from schemas.ids import event_id
+from schemas.ids import event_id, event_ids_after
 from schemas.topics import GPU_SAMPLES, record_key
 
 INTS = ("memory_used_bytes", "memory_total_bytes", "ecc_correctable", "ecc_uncorrectable")
@@ -137,6 +137,17 @@ def test_the_simulations_rounds_are_written_as_the_codec_encodes(codec: AvroCode
     rounds = [item for _, item in ClusterSimulation(spec).stream() if isinstance(item, SampleRound)]
     written = sum(assert_written_as_the_codec_encodes(writer, codec, round_) for round_ in rounds)
     assert written > len(rounds) * spec.nodes // 2
+    assert all(
+        round_.event_ids
+        == [event_id(spec.cluster, SOURCE, node, "gpu-samples", round_.at_ms) for node in round_.nodes]
+        for round_ in rounds
+    )
     sizes = {len(round_.nodes) for round_ in rounds}
     samples = {int(n) for round_ in rounds for n in np.diff(round_.starts)}
     assert len(sizes) > 1 and len(samples) > 1, "no node was ever NotReady, or no GPU lost"
+
+
+def test_ids_after_shared_parts_are_the_ids_of_all_the_parts() -> None:
+    after = event_ids_after("cluster", None, "node-1", "")
+    for rest in [(0,), (1732400000123,), (None, "x"), ("", 5)]:
+        assert after(*rest) == event_id("cluster", None, "node-1", "", *rest)

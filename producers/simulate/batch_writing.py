@@ -110,6 +110,8 @@ class SampleBatchWriter:
         """Offset of the event time in every row (the cluster's length decides it)."""
         self._time_len = 0
         self._nulls: frozenset[str] = frozenset()
+        self._where_of: tuple[Any, ...] | None = None
+        """(key, rows, slots, byte index) of the previous round (:meth:`_where`)."""
         """The float columns null in every sample of the layouts."""
 
     def write(self, round_: SampleRound) -> tuple[list[bytes], list[bytes]]:
@@ -124,7 +126,8 @@ class SampleBatchWriter:
         if (len(time), nulls) != (self._time_len, self._nulls):  # every layout moves: all laid out again
             self._time_len, self._nulls = len(time), nulls
             self._length[:] = -1
-        self._lay_out(round_, rows, self._changed(round_, rows))
+        changed = self._changed(round_, rows)
+        self._lay_out(round_, rows, changed)
         matrix, at = self._matrix, self._time_at
         matrix[rows, at : at + len(time)] = np.frombuffer(time, np.uint8)
         ids = np.frombuffer("".join(round_.event_ids).encode("ascii"), np.uint8)
@@ -134,16 +137,42 @@ class SampleBatchWriter:
         if present and round_.samples:
             columns = [k for k, _ in present]
             values = np.column_stack([column for _, column in present]).astype("<f8", copy=False)
-            row_of = np.repeat(rows, np.diff(round_.starts))
-            where = row_of[:, None] * self._width + self._offsets[round_.slots][:, columns]
-            flat = matrix.reshape(-1)
-            flat[where[..., None] + np.arange(8)] = (
-                np.ascontiguousarray(values).view(np.uint8).reshape(len(row_of), len(present), 8)
-            )
+            where = self._where(round_, rows, columns, changed)
+            matrix.reshape(-1)[where] = values.view(np.uint8).reshape(where.shape)
         blob = matrix[rows].tobytes()
         width, lengths = self._width, self._length[rows].tolist()
         values_out = [blob[k * width : k * width + n] for k, n in enumerate(lengths)]
         return [self._keys[row] for row in rows.tolist()], values_out
+
+    def _where(
+        self, round_: SampleRound, rows: npt.NDArray[np.int64], columns: list[int], changed: list[int]
+    ) -> npt.NDArray[np.int64]:
+        """Where each byte of each sample's floats goes in the flattened matrix. Building this
+        index costs several times the copy it directs, so it is kept from one round to the next
+        and only the samples of nodes laid out again are redone, while the nodes, their GPUs,
+        the float columns and the matrix's width stay the same."""
+        key = (len(self._keys), self._width, tuple(columns))
+        last = self._where_of
+        if (
+            last is not None
+            and last[0] == key
+            and np.array_equal(last[1], rows)
+            and np.array_equal(last[2], round_.slots)
+        ):
+            where = last[3]
+            starts = round_.starts
+            for k in changed:
+                first, end = starts[k], starts[k + 1]
+                where[first:end] = self._bytes_at(rows[k], round_.slots[first:end], columns)
+        else:
+            row_of = np.repeat(rows, np.diff(round_.starts))
+            where = self._bytes_at(row_of[:, None], round_.slots, columns)
+        self._where_of = (key, rows, round_.slots, where)
+        return where
+
+    def _bytes_at(self, row: Any, slots: npt.NDArray[np.int64], columns: list[int]) -> npt.NDArray[np.int64]:
+        start = row * self._width + self._offsets[slots][:, columns]
+        return start[..., None] + np.arange(8)
 
     def _rows_of(self, round_: SampleRound) -> npt.NDArray[np.int64]:
         known = self._rows
@@ -190,29 +219,28 @@ class SampleBatchWriter:
         cluster = avro_string(round_.cluster)
         self._time_at = len(self._header) + _ID_CHARS + len(cluster)
         source = avro_string(round_.source)
-        starts = round_.starts.tolist()
-        ints = {name: column.tolist() for name, column in round_.ints.items()}
-        index = round_.index.tolist()
-        slots = round_.slots.tolist()
+        starts = round_.starts
         blank = bytes(8)
         for k in changed:
-            row, first, end = int(rows[k]), starts[k], starts[k + 1]
+            row, first, end = int(rows[k]), int(starts[k]), int(starts[k + 1])
+            slots = round_.slots[first:end].tolist()
+            ints = {name: column[first:end].tolist() for name, column in round_.ints.items()}
+            ints["index"] = round_.index[first:end].tolist()
             self._laid_row[self._laid_slots.get(row, [])] = -1
-            self._laid_slots[row] = slots[first:end]
+            self._laid_slots[row] = slots
             self._laid_count[row] = end - first
             parts = [self._header, bytes(_ID_CHARS), cluster, bytes(self._time_len), source]
             parts.append(avro_string(round_.nodes[k]))
             if end > first:
                 parts.append(avro_long(end - first))
             size = sum(map(len, parts))
-            for i in range(first, end):
-                slot = slots[i]
+            for i, slot in enumerate(slots):
                 self._laid_row[slot] = row
                 for name, kind, nullable in self._fields:
                     if kind == "string":
                         piece = avro_string(round_.device_ids[slot])
                     elif kind == "long":
-                        value = index[i] if name == "index" else ints[name][i]
+                        value = ints[name][i]
                         if name != "index":
                             self._laid_ints[name][slot] = value
                         piece = (_PRESENT if nullable else b"") + avro_long(value)

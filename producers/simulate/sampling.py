@@ -9,22 +9,26 @@ sampling never shifts the cluster's arrivals and churn.
 Every GPU of the fleet is sampled at once, by column (numpy): one interval of 100,000 GPUs
 costs milliseconds, where a Python loop building a record per GPU cost over a core at that
 size. Only the pods are visited in Python (their busy/idle stretches, and which GPUs they
-hold). Each GPU has a *slot*, ``node index x GPUs per node + GPU index``, where its
-temperature, energy counter and ECC count live between intervals.
+hold, followed from one round to the next: only those that started or ended, or whose stretch
+ended, cost anything). Each GPU has a *slot*, ``node index x GPUs per node + GPU index``,
+where its temperature, energy counter, ECC count and pod's activity live between intervals.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import random
 from collections.abc import Iterable
+from operator import attrgetter
 
 import numpy as np
 
 from producers.simulate.records import RecordBuilder
 from producers.simulate.rounds import SampleRound
 from producers.simulate.specs import SOURCE, GpuModel
-from producers.simulate.state import SimNode, SimPod
+from producers.simulate.state import SimGpu, SimNode, SimPod
 
 AMBIENT_C = 30.0
 _HEAT_C = 45.0
@@ -34,6 +38,7 @@ _DRIVER_RESERVED = 0.005
 """Share of VRAM a GPU shows used with no process on it."""
 _ECC_FLIP = 1e-5
 """Chance of a rare corrected bit flip per sample, as long-running fleets see."""
+_PRESENT = attrgetter("present")
 
 
 class GpuTelemetry:
@@ -55,6 +60,17 @@ class GpuTelemetry:
         """Whether the driver saw each GPU at the previous round (a returning one starts cool)."""
         self._index = np.zeros(0, np.int64)
         self._device_ids: list[str] = []
+        self._gpus: list[SimGpu] = []
+        """Every GPU of the fleet, by slot."""
+        self._held: dict[SimPod, list[int]] = {}
+        """The slots of each running pod's GPUs (they stay the same while it runs)."""
+        self._level = np.zeros(0)
+        self._running = np.zeros(0, bool)
+        self._used = np.zeros(0)
+        """Per slot: its pod's activity, whether a pod runs on it, the share of VRAM in use."""
+        self._stretches: list[tuple[int, int, SimPod]] = []
+        """(end, order, pod): when each running pod's busy or idle stretch ends."""
+        self._order = itertools.count()
 
     def idle_temperature(self) -> float:
         """Where a GPU nobody uses settles."""
@@ -81,7 +97,7 @@ class GpuTelemetry:
         broker); updates the GPUs' temperatures and counters."""
         self._grow(nodes)
         model, per_node = self._model, self._per_node
-        present = np.fromiter((g.present for node in nodes for g in node.gpus), bool, len(self._present))
+        present = np.fromiter(map(_PRESENT, self._gpus), bool, len(self._gpus))
         returned = present & ~self._present
         self._temperature[returned] = self.idle_temperature()
         self._present = present
@@ -91,22 +107,8 @@ class GpuTelemetry:
         slots = np.flatnonzero(present & np.repeat(sampled, per_node))
         starts = np.searchsorted(slots, [node.index * per_node for node in reporting] + [len(present)])
 
-        level = np.zeros(len(present))
-        running = np.zeros(len(present), bool)
-        used = np.full(len(present), _DRIVER_RESERVED)
-        held: list[int] = []
-        levels: list[float] = []
-        shares: list[float] = []
-        for pod in pods:
-            if pod.phase == "Running" and pod.node is not None and pod.devices:
-                now_level = self.utilization(pod, at_ms)
-                base = pod.node.index * per_node
-                for gpu in pod.devices:
-                    held.append(base + gpu.index)
-                    levels.append(now_level)
-                    shares.append(pod.memory_fraction)
-        level[held], running[held], used[held] = levels, True, shares
-        level, running, used = level[slots], running[slots], used[slots]
+        self._follow_pods(pods, at_ms)
+        level, running, used = self._level[slots], self._running[slots], self._used[slots]
 
         noise, n = self._noise, len(slots)
         busy = np.minimum(100.0, np.maximum(1.0, np.rint(level + noise.normal(0.0, 4.0, n))))
@@ -130,7 +132,7 @@ class GpuTelemetry:
             source=SOURCE,
             at_ms=at_ms,
             nodes=[node.name for node in reporting],
-            event_ids=[records.samples_id(node, at_ms) for node in reporting],
+            event_ids=records.samples_ids(reporting, at_ms),
             starts=starts.astype(np.int64),
             slots=slots.astype(np.int64),
             device_ids=self._device_ids,
@@ -154,6 +156,28 @@ class GpuTelemetry:
             },
         )
 
+    def _follow_pods(self, pods: Iterable[SimPod], at_ms: int) -> None:
+        """Bring each slot's pod, activity and memory up to ``at_ms``: pods that ended free their
+        slots, pods that started take theirs, stretches that ended flip (the rest stay as they
+        were: a running pod's GPUs do not change)."""
+        held, level, running, used = self._held, self._level, self._running, self._used
+        for pod in [pod for pod in held if pod.phase != "Running" or not pod.devices]:
+            ended = held.pop(pod)
+            level[ended], running[ended], used[ended] = 0.0, False, _DRIVER_RESERVED
+        for pod in pods:
+            if pod.phase == "Running" and pod.devices and pod not in held and pod.node is not None:
+                base = pod.node.index * self._per_node
+                taken = held[pod] = [base + gpu.index for gpu in pod.devices]
+                running[taken], used[taken] = True, pod.memory_fraction
+                level[taken] = self.utilization(pod, at_ms)
+                heapq.heappush(self._stretches, (pod.stretch_until_ms, next(self._order), pod))
+        stretches = self._stretches
+        while stretches and stretches[0][0] <= at_ms:
+            _, _, pod = heapq.heappop(stretches)
+            if pod in held:
+                level[held[pod]] = self.utilization(pod, at_ms)
+                heapq.heappush(stretches, (pod.stretch_until_ms, next(self._order), pod))
+
     def _grow(self, nodes: list[SimNode]) -> None:
         """Slots for nodes added since the previous round (their GPUs start idle, all present)."""
         known = len(self._present) // self._per_node
@@ -165,7 +189,11 @@ class GpuTelemetry:
         self._energy = np.concatenate([self._energy, np.zeros(extra)])
         self._ecc = np.concatenate([self._ecc, np.zeros(extra, np.int64)])
         self._present = np.concatenate([self._present, np.ones(extra, bool)])
+        self._level = np.concatenate([self._level, np.zeros(extra)])
+        self._running = np.concatenate([self._running, np.zeros(extra, bool)])
+        self._used = np.concatenate([self._used, np.full(extra, _DRIVER_RESERVED)])
         self._index = np.concatenate([self._index, np.tile(np.arange(self._per_node), len(new))])
         for node in new:
             assert len(node.gpus) == self._per_node and node.index * self._per_node == len(self._device_ids)
             self._device_ids.extend(gpu.device_id for gpu in node.gpus)
+            self._gpus.extend(node.gpus)
