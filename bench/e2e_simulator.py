@@ -125,7 +125,7 @@ def main() -> None:
     wait = args.start_ms / 1000 - time.time()
     if wait > 0:
         stop.wait(wait)
-    final = publish_simulation(simulation, publisher, speed=1.0, stop=stop, writer=writer)
+    final = publish_simulation(simulation, publisher, speed=1.0, stop=stop, writer=writer, freeze=True)
     publisher.close()
     args.out.write_text(
         json.dumps(

@@ -210,7 +210,7 @@ def simulate(
     try:
         with _stop_on_signals() as stop:
             final = publish_simulation(
-                simulation, publisher, speed=speed, stop=stop, report=report, writer=writer
+                simulation, publisher, speed=speed, stop=stop, report=report, writer=writer, freeze=True
             )
     finally:
         publisher.close()

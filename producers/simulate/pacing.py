@@ -13,6 +13,7 @@ built as a record and published like any other.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -56,13 +57,18 @@ def publish_simulation(
     report: Callable[[Progress], None] | None = None,
     report_every_s: float = 5.0,
     writer: SampleBatchWriter | None = None,
+    freeze: bool = False,
 ) -> Progress:
     """Publish every record of ``simulation``, then flush; returns the final progress.
 
     ``report`` hears the progress every ``report_every_s`` wall seconds. The run always ends
     with a final watermark: the simulation's own at its end, or one at the current instant
     when ``stop`` is set first. ``writer`` writes the GPU sample batches' bytes (it must have
-    the publisher's schema id of the samples topic).
+    the publisher's schema id of the samples topic). ``freeze``, for a process that runs one
+    simulation: once the cluster's start is generated, every object alive is frozen out of the
+    cyclic garbage collector's sight (``gc.freeze``). The cluster's state lives as long as the
+    run, and full collections traversed it over and over: 40 % of the steady CPU at 100,000
+    GPUs, measured at --speed 0.
     """
     if speed < 0:
         raise ValueError(f"speed must be 0 (unpaced) or more, got {speed}")
@@ -83,6 +89,9 @@ def publish_simulation(
     cadence = WatermarkCadence(publisher)  # consumers see how far the run has come, every second
     try:
         for topic, item in events:
+            if freeze:
+                gc.freeze()
+                freeze = False
             if stop is not None and stop.is_set():
                 break
             now = time.monotonic()
