@@ -3,7 +3,9 @@
     python -m bench.e2e_simulator --config CFG --nodes N --start-ms MS --duration D --out FILE
 
 The same library code as `gpulens simulate --speed 1` (:class:`ClusterSimulation`,
-:func:`publish_simulation`, :class:`EventPublisher`), with two differences a benchmark needs:
+:func:`publish_simulation`, :class:`EventPublisher`, sample batches written by
+:class:`SampleBatchWriter`; ``--records`` builds and encodes each batch as a record instead, as
+the simulator did before), with two differences a benchmark needs:
 
 * the start is an exact instant chosen by the caller (the command rounds "now" down to the
   second and then spends its setup time, so its event times trail the wall clock by up to a
@@ -11,13 +13,15 @@ The same library code as `gpulens simulate --speed 1` (:class:`ClusterSimulation
   tens of seconds at 10,000+ nodes) is generated *before* that instant, then the process
   sleeps until it, so records go out when the wall clock reaches their event time;
 * it counts what it published (records per topic, GPU samples per event time) and how late
-  each sample batch left (wall clock minus event time when handed to the producer), and
-  writes that as JSON to ``--out`` once every record is acknowledged.
+  each instant's sample batches left (wall clock minus event time once the last of them was
+  handed to the producer: every node samples at the same instant), and writes that as JSON to
+  ``--out`` once every record is acknowledged.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import signal
 import threading
@@ -28,45 +32,52 @@ from pathlib import Path
 from types import FrameType
 
 from gpulens.config import load_settings
-from producers.publishing import EventPublisher
+from producers.publishing import DeliveryCallback, EventPublisher
 from producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
-from producers.simulate.specs import to_ms
+from producers.simulate.batch_writing import SampleBatchWriter
+from producers.simulate.rounds import SampleRound
+from producers.simulate.simulating import Item
 from schemas.codec import AvroCodec, registry_client
-from schemas.models import Event, GpuSampleBatch
 from schemas.settings import KafkaSettings
-from schemas.topics import TopicSpec
+from schemas.topics import GPU_SAMPLES, TopicSpec
 
 
 class CountingPublisher(EventPublisher):
-    """An :class:`EventPublisher` that counts what it queues and how late sample batches are."""
+    """An :class:`EventPublisher` that counts what it queues, per topic."""
 
     def __init__(self, kafka: KafkaSettings, codec: AvroCodec) -> None:
         super().__init__(kafka, codec)
         self.by_topic: dict[str, int] = {}
-        self.samples_by_ms: dict[int, int] = {}
-        self.late_ms: list[tuple[int, int, int]] = []
-        """(event time ms, ms late, samples) per GpuSampleBatch."""
 
-    def publish(self, topic: TopicSpec, event: Event) -> None:
-        super().publish(topic, event)
-        self.by_topic[topic.name] = self.by_topic.get(topic.name, 0) + 1
-        if isinstance(event, GpuSampleBatch):
-            at = to_ms(event.event_time)
-            self.samples_by_ms[at] = self.samples_by_ms.get(at, 0) + len(event.samples)
-            self.late_ms.append((at, round(time.time() * 1000) - at, len(event.samples)))
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
+    ) -> None:
+        super().produce(topic, key, value, on_delivery=on_delivery)
+        self.by_topic[topic] = self.by_topic.get(topic, 0) + 1
 
 
 class PrimedSimulation(ClusterSimulation):
-    """A simulation whose start (nodes joining, warm-up pods) is generated ahead of time."""
+    """A simulation whose start (nodes joining, warm-up pods) is generated ahead of time, and
+    that notes when each instant's samples were published."""
+
+    def __init__(self, spec: SimulationSpec) -> None:
+        super().__init__(spec)
+        self.samples_by_ms: dict[int, int] = {}
+        self.late_ms: list[tuple[int, int, int]] = []
+        """(event time ms, ms late, samples) per instant."""
 
     def prime(self) -> None:
-        """Generate up to the first record now, so that :meth:`events` begins at once."""
-        self._primed = super().events()
+        """Generate up to the first record now, so that :meth:`stream` begins at once."""
+        self._primed = super().stream()
         self._first = next(self._primed)
 
-    def events(self) -> Generator[tuple[TopicSpec, Event], None, None]:
-        yield self._first
-        yield from self._primed
+    def stream(self) -> Generator[tuple[TopicSpec, Item], None, None]:
+        for topic, item in itertools.chain([self._first], self._primed):
+            yield topic, item
+            if isinstance(item, SampleRound):  # back here once the publisher has queued all of it
+                at, samples = item.at_ms, item.samples
+                self.samples_by_ms[at] = self.samples_by_ms.get(at, 0) + samples
+                self.late_ms.append((at, round(time.time() * 1000) - at, samples))
 
 
 def main() -> None:
@@ -82,10 +93,15 @@ def main() -> None:
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--records", action="store_true", help="Build and encode each sample batch as a record (slower)."
+    )
     args = parser.parse_args()
 
     settings = load_settings(args.config)
-    publisher = CountingPublisher(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
+    codec = AvroCodec(registry_client(settings.registry.url))
+    publisher = CountingPublisher(settings.kafka, codec)
+    writer = None if args.records else SampleBatchWriter(codec.schema_id(GPU_SAMPLES))
     spec = SimulationSpec(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
@@ -109,7 +125,7 @@ def main() -> None:
     wait = args.start_ms / 1000 - time.time()
     if wait > 0:
         stop.wait(wait)
-    final = publish_simulation(simulation, publisher, speed=1.0, stop=stop)
+    final = publish_simulation(simulation, publisher, speed=1.0, stop=stop, writer=writer, freeze=True)
     publisher.close()
     args.out.write_text(
         json.dumps(
@@ -120,9 +136,9 @@ def main() -> None:
                 "records": final.records,
                 "elapsed_s": final.elapsed_s,
                 "by_topic": publisher.by_topic,
-                "samples": sum(publisher.samples_by_ms.values()),
-                "samples_by_ms": {str(k): v for k, v in sorted(publisher.samples_by_ms.items())},
-                "late_ms": publisher.late_ms,
+                "samples": sum(simulation.samples_by_ms.values()),
+                "samples_by_ms": {str(k): v for k, v in sorted(simulation.samples_by_ms.items())},
+                "late_ms": simulation.late_ms,
                 "stopped": stop.is_set(),
             }
         )

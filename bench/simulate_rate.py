@@ -3,7 +3,9 @@
     python -m bench.simulate_rate [--sim-seconds 30]
 
 For a few cluster sizes (G = 8 GPUs per node, a sample every 2 s): the simulation alone
-(generate/s), then published at --speed 0 through Avro and the registry to the broker
+(generate/s; GPU samples by column, as `gpulens simulate` makes them), then published at
+--speed 0 as `gpulens simulate` does (sample batches written by column, the other records
+through Avro and the registry) to the broker
 (publish/s, acknowledged), and what that means: GPU samples/s, and how many times real time
 the size can run (x real time; below 1 the size cannot keep pace on this machine; the start,
 where every node joins and the running pods are listed, is included). Starts a
@@ -21,9 +23,11 @@ from pathlib import Path
 from gpulens.platform import private_platform
 from producers.publishing import EventPublisher
 from producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
+from producers.simulate.batch_writing import SampleBatchWriter
+from producers.simulate.rounds import SampleRound
 from schemas.codec import AvroCodec, registry_client
-from schemas.models import GpuSampleBatch
 from schemas.topic_admin import create_topics
+from schemas.topics import GPU_SAMPLES
 
 SIZES = ((125, 8, 2.0), (500, 8, 2.0), (1250, 8, 2.0))
 
@@ -47,12 +51,13 @@ def main() -> None:
             )
             records = samples = 0
             start = time.perf_counter()
-            for _, record in ClusterSimulation(spec).events():  # streamed, as a run does: nothing kept
-                records += 1
-                samples += len(record.samples) if isinstance(record, GpuSampleBatch) else 0
+            for _, item in ClusterSimulation(spec).stream():  # streamed, as a run does: nothing kept
+                records += len(item.nodes) if isinstance(item, SampleRound) else 1
+                samples += item.samples if isinstance(item, SampleRound) else 0
             generated = time.perf_counter() - start
             publisher = EventPublisher(settings.kafka, codec)
-            final = publish_simulation(ClusterSimulation(spec), publisher, speed=0)
+            writer = SampleBatchWriter(codec.schema_id(GPU_SAMPLES))
+            final = publish_simulation(ClusterSimulation(spec), publisher, speed=0, writer=writer)
             del publisher  # gone before the broker stops: no disconnect noise at exit
             rows.append(
                 (spec, records, records / generated, final.rate, samples / final.elapsed_s,

@@ -145,10 +145,12 @@ def simulate(
     simulated time; the run ends with a final Watermark, also on Ctrl-C.
     """
     from producers.publishing import EventPublisher
+    from producers.simulate.batch_writing import SampleBatchWriter
     from producers.simulate.pacing import Progress, publish_simulation
     from producers.simulate.simulating import ClusterSimulation
     from schemas.codec import AvroCodec, registry_client
     from schemas.topic_admin import create_topics
+    from schemas.topics import GPU_SAMPLES
 
     settings = context.settings
     began = (start.replace(tzinfo=UTC) if start else datetime.now(UTC)).replace(microsecond=0)
@@ -202,10 +204,14 @@ def simulate(
         )
 
     create_topics(settings.kafka)
-    publisher = EventPublisher(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
+    codec = AvroCodec(registry_client(settings.registry.url))
+    publisher = EventPublisher(settings.kafka, codec)
+    writer = SampleBatchWriter(codec.schema_id(GPU_SAMPLES))  # sample batches written by column
     try:
         with _stop_on_signals() as stop:
-            final = publish_simulation(simulation, publisher, speed=speed, stop=stop, report=report)
+            final = publish_simulation(
+                simulation, publisher, speed=speed, stop=stop, report=report, writer=writer, freeze=True
+            )
     finally:
         publisher.close()
     click.echo(

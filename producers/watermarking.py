@@ -61,17 +61,21 @@ class WatermarkCadence:
 
     def before(self, event: Event) -> None:
         """``event`` is about to be published: publish the watermarks that are due."""
-        if isinstance(event, Watermark):
-            return
-        source = (event.cluster, event.source)
-        if source not in self._marked:
-            self._mark(source, event.event_time)
-        self._records += 1
+        if not isinstance(event, Watermark):
+            self.before_records(event.cluster, event.source, event.event_time)
+
+    def before_records(self, cluster: str, source: str, at: datetime, count: int = 1) -> None:
+        """``count`` records of ``source`` in ``cluster`` at event time ``at`` are about to be
+        published (a batch of them is checked once, before its first)."""
+        key = (cluster, source)
+        if key not in self._marked:
+            self._mark(key, at)
+        self._records += count
         if self._records < self._every_records and self._clock() - self._last < self._every_s:
             return
         self._publisher.flush()  # the promise holds only for acknowledged records
         for known in self._marked:
-            self._mark(known, event.event_time)
+            self._mark(known, at)
         self._last, self._records = self._clock(), 0
 
     def _mark(self, source: tuple[str, str], at: datetime) -> None:

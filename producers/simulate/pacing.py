@@ -4,10 +4,16 @@ At ``speed`` 1 a record is published when the wall clock has advanced as far pas
 as its event time has (``speed`` N: N times faster; 0: as fast as the broker takes them).
 While waiting the publisher serves delivery callbacks. A stop request ends the run at the
 next record with a final watermark, exactly as the end of ``duration`` does.
+
+Each instant's GPU samples come as one :class:`SampleRound`: given a
+:class:`SampleBatchWriter`, its batches' bytes are written by column and produced as they are
+(what keeps a 100,000-GPU fleet's load under a quarter of a core); without one, each batch is
+built as a record and published like any other.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from producers.publishing import BasePublisher
+from producers.simulate.batch_writing import SampleBatchWriter
+from producers.simulate.rounds import SampleRound
 from producers.simulate.simulating import ClusterSimulation
 from producers.simulate.specs import from_ms
 from producers.watermarking import WatermarkCadence
@@ -48,12 +56,19 @@ def publish_simulation(
     stop: threading.Event | None = None,
     report: Callable[[Progress], None] | None = None,
     report_every_s: float = 5.0,
+    writer: SampleBatchWriter | None = None,
+    freeze: bool = False,
 ) -> Progress:
     """Publish every record of ``simulation``, then flush; returns the final progress.
 
     ``report`` hears the progress every ``report_every_s`` wall seconds. The run always ends
     with a final watermark: the simulation's own at its end, or one at the current instant
-    when ``stop`` is set first.
+    when ``stop`` is set first. ``writer`` writes the GPU sample batches' bytes (it must have
+    the publisher's schema id of the samples topic). ``freeze``, for a process that runs one
+    simulation: once the cluster's start is generated, every object alive is frozen out of the
+    cyclic garbage collector's sight (``gc.freeze``). The cluster's state lives as long as the
+    run, and full collections traversed it over and over: 40 % of the steady CPU at 100,000
+    GPUs, measured at --speed 0.
     """
     if speed < 0:
         raise ValueError(f"speed must be 0 (unpaced) or more, got {speed}")
@@ -70,10 +85,13 @@ def publish_simulation(
         last_report, reported = now, count
         return state
 
-    events = simulation.events()
+    events = simulation.stream()
     cadence = WatermarkCadence(publisher)  # consumers see how far the run has come, every second
     try:
-        for topic, event in events:
+        for topic, item in events:
+            if freeze:
+                gc.freeze()
+                freeze = False
             if stop is not None and stop.is_set():
                 break
             now = time.monotonic()
@@ -82,9 +100,21 @@ def publish_simulation(
                 behind = max(0.0, -wait)
                 if wait > 0 and _wait(publisher, wait, stop):
                     break
-            cadence.before(event)
-            publisher.publish(topic, event)
-            count += 1
+            if not isinstance(item, SampleRound):
+                cadence.before(item)
+                publisher.publish(topic, item)
+                count += 1
+            elif writer is None:
+                for batch in item.batches():
+                    cadence.before(batch)
+                    publisher.publish(topic, batch)
+                count += len(item.nodes)
+            else:
+                cadence.before_records(item.cluster, item.source, from_ms(item.at_ms), len(item.nodes))
+                keys, values = writer.write(item)
+                for key, value in zip(keys, values, strict=True):
+                    publisher.produce(topic.name, key, value)
+                count += len(values)
             if report is not None and now - last_report >= report_every_s:
                 report(progress(now))
         else:

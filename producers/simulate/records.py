@@ -9,11 +9,12 @@ simulation always gives the same ``event_id`` s, so a sink stores a re-run once.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 from producers.simulate.specs import SOURCE, GpuModel, from_ms
 from producers.simulate.state import SimNode, SimPod, SimWorkload
-from schemas.ids import event_id
+from schemas.ids import event_id, event_ids_after
 from schemas.models import (
     Address,
     ChangeType,
@@ -23,8 +24,6 @@ from schemas.models import (
     DeviceInventory,
     DeviceKind,
     GpuDevice,
-    GpuSample,
-    GpuSampleBatch,
     NodeEvent,
     OwnerReference,
     PodCondition,
@@ -102,6 +101,7 @@ class RecordBuilder:
         self.model = model
         self.gpus_per_node = gpus_per_node
         self._revision = 0
+        self._samples_ids: dict[str, Callable[..., str]] = {}
 
     def _next_revision(self) -> str:
         self._revision += 1
@@ -168,16 +168,14 @@ class RecordBuilder:
             rdma_devices=node.rdma,
         )
 
-    def samples(self, node: SimNode, samples: list[GpuSample], at_ms: int) -> GpuSampleBatch:
-        """One collection round of ``node``."""
-        return GpuSampleBatch(
-            event_id=event_id(self.cluster, SOURCE, node.name, "gpu-samples", at_ms),
-            cluster=self.cluster,
-            event_time=from_ms(at_ms),
-            source=SOURCE,
-            node=node.name,
-            samples=samples,
-        )
+    def samples_ids(self, nodes: list[SimNode], at_ms: int) -> list[str]:
+        """The event ids of ``nodes``' GpuSampleBatches at ``at_ms`` (the batches themselves are
+        built by column: :class:`producers.simulate.rounds.SampleRound`)."""
+        known = self._samples_ids
+        for node in nodes:
+            if node.name not in known:
+                known[node.name] = event_ids_after(self.cluster, SOURCE, node.name, "gpu-samples")
+        return [known[node.name](at_ms) for node in nodes]
 
     # --- workloads, pods, containers ---------------------------------------------------------
 

@@ -9,7 +9,10 @@ Ready node reports one GpuSampleBatch. With churn, nodes go NotReady and come ba
 removed and replaced, and GPUs fall off the bus (their pod fails) and return.
 
 Everything at one instant happens in a fixed order, releases before acquisitions before
-samples, so a GPU is never held twice and samples see the instant's final state. All
+samples, so a GPU is never held twice and samples see the instant's final state. The samples
+of one instant come as one :class:`SampleRound` (columns for the whole fleet): :meth:`stream`
+yields it as it is, for a publisher that writes its bytes directly, :meth:`events` as the
+GpuSampleBatch records it stands for. All
 randomness comes from two streams seeded by the spec (cluster dynamics, GPU telemetry): the
 same spec gives the same records, and the sampling interval never shifts the pods.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 from producers.simulate.exceptions import SimulationError
 from producers.simulate.records import RecordBuilder, gpu_devices, rdma_devices, stable_uuid
+from producers.simulate.rounds import SampleRound
 from producers.simulate.sampling import GpuTelemetry
 from producers.simulate.scheduling import BestFit
 from producers.simulate.specs import SimulationSpec, gpus_of
@@ -42,6 +46,8 @@ from schemas.topics import (
 )
 
 Action = Callable[[Any], None]
+Item = Event | SampleRound
+"""What :meth:`ClusterSimulation.stream` yields: a record, or one instant's GPU samples."""
 
 # Order of what happens at one instant.
 _RELEASE, _ACQUIRE, _SAMPLE = 0, 1, 2
@@ -82,13 +88,15 @@ class ClusterSimulation:
         self.pods: dict[str, SimPod] = {}
         """Pods not deleted yet, by uid."""
         self._rng = random.Random(f"{spec.seed}/cluster")
-        self._telemetry = GpuTelemetry(spec.model, spec.interval_s, random.Random(f"{spec.seed}/samples"))
+        self._telemetry = GpuTelemetry(
+            spec.model, spec.interval_s, spec.gpus_per_node, random.Random(f"{spec.seed}/samples")
+        )
         self._records = RecordBuilder(spec.cluster, spec.model, spec.gpus_per_node)
         self._fit = BestFit(spec.gpus_per_node)
         self._rdma = rdma_devices(spec.gpus_per_node)
         self._queue: list[tuple[int, int, int, Action, Any]] = []
         self._sequence = itertools.count()
-        self._out: list[tuple[TopicSpec, Event]] = []
+        self._out: list[tuple[TopicSpec, Item]] = []
         self._waiting: dict[str, SimPod] = {}
         """Unschedulable pods, first come first served."""
         self._retry_at: int | None = None
@@ -101,6 +109,15 @@ class ClusterSimulation:
 
     def events(self) -> Generator[tuple[TopicSpec, Event], None, None]:
         """Every record in non-decreasing event time; with a duration, the final watermark last."""
+        for topic, item in self.stream():
+            if isinstance(item, SampleRound):
+                for batch in item.batches():
+                    yield topic, batch
+            else:
+                yield topic, item
+
+    def stream(self) -> Generator[tuple[TopicSpec, Item], None, None]:
+        """:meth:`events`, with each instant's GpuSampleBatches as one :class:`SampleRound`."""
         if self._started:
             raise SimulationError("a simulation runs once; make a new one from the same spec")
         self._started = True
@@ -136,7 +153,7 @@ class ClusterSimulation:
             pending=pending,
         )
 
-    def _drain(self) -> list[tuple[TopicSpec, Event]]:
+    def _drain(self) -> list[tuple[TopicSpec, Item]]:
         out, self._out = self._out, []
         return out
 
@@ -167,13 +184,12 @@ class ClusterSimulation:
 
     def _add_node(self, index: int) -> None:
         spec, name = self.spec, f"gpu-node-{index:05d}"
-        idle = self._telemetry.idle_temperature()
         devices = gpu_devices(spec.cluster, name, spec.model, spec.gpus_per_node)
         node = SimNode(
             index=index,
             name=name,
             uid=stable_uuid(self._run, "node", name),
-            gpus=[SimGpu(device, temperature_c=idle) for device in devices],
+            gpus=[SimGpu(device) for device in devices],
             rdma=self._rdma,
         )
         self.nodes.append(node)
@@ -386,10 +402,8 @@ class ClusterSimulation:
     def _sample(self, _: None) -> None:
         now = self.now_ms
         self._at(now + self.spec.interval_ms, _SAMPLE, self._sample)
-        sample, build, out = self._telemetry.sample, self._records.samples, self._out
-        for node in self.nodes:
-            if node.present and node.ready:  # a NotReady node's agent cannot reach the broker
-                out.append((GPU_SAMPLES, build(node, [sample(g, now) for g in node.gpus if g.present], now)))
+        samples = self._telemetry.sample(self.nodes, self.pods.values(), now, self._records)
+        self._out.append((GPU_SAMPLES, samples))
 
     # --- churn -------------------------------------------------------------------------------
 
@@ -455,8 +469,7 @@ class ClusterSimulation:
         node, gpu = lost
         if not node.present or gpu.present:
             return
-        gpu.present = True
-        gpu.temperature_c = self._telemetry.idle_temperature()
+        gpu.present = True  # it starts cool again: the telemetry sees it return
         self._node_changed(node)
         self._out.append((DEVICE_INVENTORY, self._records.inventory(node, self.now_ms)))
         self._retry_soon()

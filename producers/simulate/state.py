@@ -14,14 +14,12 @@ from schemas.models import GpuDevice, RdmaDevice, WorkloadStatus
 
 @dataclass(slots=True, eq=False)
 class SimGpu:
-    """One GPU: its static inventory, whether the driver sees it, who holds it, how warm it is."""
+    """One GPU: its static inventory, whether the driver sees it, who holds it (its telemetry's
+    counters live in :class:`producers.simulate.sampling.GpuTelemetry`, by column)."""
 
     device: GpuDevice
-    temperature_c: float
     present: bool = True
     holder: SimPod | None = None
-    energy_j: float = 0.0
-    ecc_correctable: int = 0
 
     @property
     def index(self) -> int:
