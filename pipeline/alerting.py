@@ -134,12 +134,14 @@ class AlertDetector:
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
         alerts = []
         at = to_ms(batch.event_time)
-        threshold_ms = self.rules.idle_for_s * 1000
+        threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
         for device_id, utilization in readings(batch):
             gpu = cluster.holders.gpu(device_id)
-            holder = cluster.holders.holder(gpu)
-            idle = holder is not None and utilization is not None and utilization < self.rules.idle_below_pct
             run = cluster.runs.get(gpu)
+            if run is None and (utilization is None or not utilization < below):
+                continue  # not idle, whoever holds it, and no run to end: most samples
+            holder = cluster.holders.holder(gpu)
+            idle = holder is not None and utilization is not None and utilization < below
             if not idle:
                 if run is not None:
                     if run.opened:

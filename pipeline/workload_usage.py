@@ -150,12 +150,16 @@ class WorkloadUsage:
             cluster.touched.add(workload.uid)
 
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
+        last: _Workload | None = None
         for device_id, utilization in readings(batch):
+            if utilization is None:
+                continue
             holder = cluster.holders.holder(device_id)
             workload = cluster.workload_of.get(holder.uid or "") if holder else None
-            if workload is None or utilization is None:
+            if workload is None:
                 continue
-            usage = self._usage(cluster, workload)
+            if workload is not last:  # a node's GPUs mostly serve one pod: its usage, looked up once
+                usage, last = self._usage(cluster, workload), workload
             usage.util_sum += utilization
             usage.util_count += 1
             usage.util_max = max(usage.util_max or 0.0, utilization)
