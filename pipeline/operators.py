@@ -214,6 +214,7 @@ class StateOperator(_Unwindowed):
         self.state = self._tables = StateTables()
 
     def process(self, event: Given) -> Sequence[Row]:
+        assert isinstance(event, Event)  # its inputs hold no GPU samples
         return self._tables.process(event)
 
     def output(self, row: Row) -> TopicSpec:
