@@ -16,7 +16,7 @@ the generated reader.
 
 It is sound, not complete, as the generated reader is: a batch comes out as
 :class:`SampleColumns` only when it was written with the topic's own schema in the usual
-encoding (one block of samples, union branches 0 or 1), its strings are UTF-8, its values pass
+encoding (one block of at most 64 samples, union branches 0 or 1), its strings are UTF-8, its values pass
 every rule of the model (:mod:`schemas.models`: lengths, bounds, finite numbers) and its body
 ends exactly where the reading did. Any other batch is left to the exact path (``None``), which
 decides, dead-letter reason included.
@@ -43,6 +43,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LOWEST_MS, _BEYOND_MS = round(EARLIEST.timestamp() * 1000), round(LATEST.timestamp() * 1000)
 _HEADER = 5
 """Confluent framing: magic byte and schema id."""
+_MOST_GPUS = 64
+"""Batches of more GPUs are left to the exact path: each GPU slot costs a read of every batch."""
 _PAD = 32
 _TEN = np.arange(10)
 _SHIFTS = (np.arange(10) * 7).astype(np.uint64)
@@ -199,13 +201,15 @@ class NativeSampleDecoder:
         source = read.string(every, nonempty=True)
         node = read.string(every, nonempty=True)
         count = read.varint(every)
-        read.ok &= (count >= 0) & (count <= lengths)
+        read.ok &= (count >= 0) & (count <= _MOST_GPUS)
         slots = int(count[read.ok].max(initial=0))
         device = np.zeros((len(taken), slots, 2), dtype=np.int64)
         utilization = np.full((len(taken), slots), np.nan)
         measured = np.zeros((len(taken), slots), dtype=bool)
         for slot in range(slots):
             active = read.ok & (count > slot)
+            if not active.any():
+                break
             device[:, slot, 0], device[:, slot, 1] = read.string(active)
             read.ok &= ~active | (read.varint(active) >= 0)
             for name, kind in _OPTIONAL:
@@ -252,14 +256,13 @@ class NativeSampleDecoder:
         return out
 
     def _ours_framed(self, value: bytes) -> bool:
+        if len(value) <= _HEADER or value[0] != 0:
+            return False
         head = value[:_HEADER]
         ours = self._ours.get(head)
         if ours is None:
-            ours = False
-            if len(value) > _HEADER and value[0] == 0:
-                try:
-                    ours = self._codec.writes_committed(self._topic, int.from_bytes(value[1:_HEADER]))
-                except Exception:  # unknown id, registry away: the exact path says what it is
-                    return False
-            self._ours[head] = ours
-        return ours and len(value) > _HEADER
+            try:
+                ours = self._ours[head] = self._codec.writes_committed(self._topic, int.from_bytes(head[1:]))
+            except Exception:  # unknown id, registry away: the exact path says what it is
+                return False
+        return ours

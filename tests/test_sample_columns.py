@@ -80,6 +80,10 @@ def test_a_fetch_of_valid_batches_is_read_whole_by_column(codec: AvroCodec) -> N
     values = [codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": f"n{i}"})) for i in range(SMALLEST)]
     assert check(codec, values) == SMALLEST
     assert check(codec, values[:-1]) == 0  # too few to be worth a columnar read
+    header_only = values[0][:5]  # refused (truncated), it says nothing of the batches after it
+    assert check(codec, [header_only, *values]) == SMALLEST
+    many = batch.model_copy(update={"samples": batch.samples * 65})  # more GPUs than read by column
+    assert check(codec, [*values, codec.encode(GPU_SAMPLES, many)]) == SMALLEST
 
 
 def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(codec: AvroCodec) -> None:
