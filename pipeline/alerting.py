@@ -44,6 +44,7 @@ from schemas.models import (
     NodeEvent,
     PodEvent,
 )
+from schemas.sample_columns import SampleColumns, event_name, readings
 
 SOURCE = "gpulens-worker"
 
@@ -100,7 +101,7 @@ class AlertDetector:
         self._clusters: dict[str, _Cluster] = {}
         self._changed: set[StateKey] = set()
 
-    def process(self, event: Event) -> list[Alert]:
+    def process(self, event: Event | SampleColumns) -> list[Alert]:
         """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
@@ -109,14 +110,14 @@ class AlertDetector:
             self._changed.add(("cluster", event.cluster))
         if at < cluster.instant:
             raise LateEvent(
-                f"{type(event).__name__} at {event.event_time.isoformat()} arrived after "
+                f"{event_name(event)} at {event.event_time.isoformat()} arrived after "
                 f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
             )
         if at != cluster.instant:
             cluster.instant = at
             self._changed.add(("cluster", event.cluster))
         alerts = self._expire_pending(cluster, at)
-        if isinstance(event, GpuSampleBatch):
+        if isinstance(event, GpuSampleBatch | SampleColumns):
             alerts += self._samples(cluster, event)
         elif isinstance(event, ContainerEvent):
             cluster.holders.container(event)
@@ -130,19 +131,17 @@ class AlertDetector:
 
     # --- GpuIdle ------------------------------------------------------------------------------
 
-    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch) -> list[Alert]:
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
         alerts = []
         at = to_ms(batch.event_time)
-        threshold_ms = self.rules.idle_for_s * 1000
-        for sample in batch.samples:
-            gpu = cluster.holders.gpu(sample.device_id)
-            holder = cluster.holders.holder(gpu)
-            idle = (
-                holder is not None
-                and sample.utilization_pct is not None
-                and sample.utilization_pct < self.rules.idle_below_pct
-            )
+        threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
+        for device_id, utilization in readings(batch):
+            gpu = cluster.holders.gpu(device_id)
             run = cluster.runs.get(gpu)
+            if run is None and (utilization is None or not utilization < below):
+                continue  # not idle, whoever holds it, and no run to end: most samples
+            holder = cluster.holders.holder(gpu)
+            idle = holder is not None and utilization is not None and utilization < below
             if not idle:
                 if run is not None:
                     if run.opened:
@@ -160,7 +159,13 @@ class AlertDetector:
         return alerts
 
     def _gpu_idle(
-        self, batch: GpuSampleBatch, gpu: str, holder: PodRef | None, run: _Run, state: AlertState, at: int
+        self,
+        batch: GpuSampleBatch | SampleColumns,
+        gpu: str,
+        holder: PodRef | None,
+        run: _Run,
+        state: AlertState,
+        at: int,
     ) -> Alert:
         minutes = (at - run.start) / 60_000
         return Alert(

@@ -37,6 +37,7 @@ from schemas.models import (
     PodEvent,
     Watermark,
 )
+from schemas.sample_columns import SampleColumns, event_name, readings
 
 
 @dataclass(slots=True)
@@ -97,7 +98,7 @@ class AllocationAggregator:
         self._clusters: dict[str, _Cluster] = {}
         self._changed: set[StateKey] = set()
 
-    def process(self, event: Event) -> list[AllocationRow]:
+    def process(self, event: Event | SampleColumns) -> list[AllocationRow]:
         """Apply a pod, node or sample event, or close windows on a final watermark."""
         if self._moves_time(event):
             return self.apply(event)
@@ -105,14 +106,14 @@ class AllocationAggregator:
             return _flat(self.advance(event)) + self.finish(event.cluster, to_ms(event.event_time))
         return []
 
-    def apply(self, event: PodEvent | NodeEvent | GpuSampleBatch) -> list[AllocationRow]:
+    def apply(self, event: PodEvent | NodeEvent | GpuSampleBatch | SampleColumns) -> list[AllocationRow]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
         the worker takes them from :meth:`advance` one window at a time first)."""
         rows = _flat(self.advance(event))
         self._apply_at(event)
         return rows
 
-    def advance(self, event: Event) -> Iterator[list[AllocationRow]]:
+    def advance(self, event: Event | SampleColumns) -> Iterator[list[AllocationRow]]:
         """Close the windows that end by ``event``'s time, one window's rows at a time, before it
         is processed. After each window the cluster's instant moves to that window's end
         (nothing happened in between), so state checkpointed between two windows goes on from
@@ -130,11 +131,13 @@ class AllocationAggregator:
             cluster.instant = cluster.window_start
             yield rows
 
-    def _moves_time(self, event: Event) -> TypeGuard[PodEvent | NodeEvent | GpuSampleBatch]:
-        samples = self.overview and isinstance(event, GpuSampleBatch)
+    def _moves_time(
+        self, event: Event | SampleColumns
+    ) -> TypeGuard[PodEvent | NodeEvent | GpuSampleBatch | SampleColumns]:
+        samples = self.overview and isinstance(event, GpuSampleBatch | SampleColumns)
         return isinstance(event, PodEvent | NodeEvent) or samples
 
-    def _apply_at(self, event: PodEvent | NodeEvent | GpuSampleBatch) -> None:
+    def _apply_at(self, event: PodEvent | NodeEvent | GpuSampleBatch | SampleColumns) -> None:
         """Apply one event whose windows :meth:`advance` closed."""
         at = to_ms(event.event_time)
         cluster = self._clusters.get(event.cluster)
@@ -146,7 +149,7 @@ class AllocationAggregator:
             )
         elif at < cluster.instant:
             raise LateEvent(
-                f"{type(event).__name__} at {event.event_time.isoformat()} arrived after "
+                f"{event_name(event)} at {event.event_time.isoformat()} arrived after "
                 f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
             )
         elif at > cluster.instant:
@@ -157,7 +160,7 @@ class AllocationAggregator:
         elif isinstance(event, NodeEvent):
             self._apply_node(cluster, event)
         else:
-            values = [s.utilization_pct for s in event.samples if s.utilization_pct is not None]
+            values = [utilization for _, utilization in readings(event) if utilization is not None]
             cluster.util_sum += sum(values)
             cluster.util_count += len(values)
 

@@ -19,6 +19,7 @@ from typing import Any
 from pipeline.checkpointing import StateKey
 from pipeline.windows import to_ms
 from schemas.models import GpuSampleBatch
+from schemas.sample_columns import SampleColumns
 
 
 class LatestSamples:
@@ -29,15 +30,15 @@ class LatestSamples:
         self._last: dict[tuple[str, str], int] = {}
         self._changed: set[StateKey] = set()
 
-    def process(self, batch: GpuSampleBatch) -> list[GpuSampleBatch]:
-        """``[batch]`` when it is due, else nothing."""
+    def process(self, batch: GpuSampleBatch | SampleColumns) -> list[GpuSampleBatch]:
+        """``[batch]`` when it is due, else nothing (a batch read by column is decoded whole then)."""
         node, at = (batch.cluster, batch.node), to_ms(batch.event_time)
         last = self._last.get(node)
         if last is not None and at - last < self._every_ms:
             return []
         self._last[node] = at
         self._changed.add(("node", *node))
-        return [batch]
+        return [batch.batch() if isinstance(batch, SampleColumns) else batch]
 
     def changed(self) -> set[StateKey]:
         changed, self._changed = self._changed, set()

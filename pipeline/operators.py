@@ -27,6 +27,7 @@ from schemas.models import (
     GpuSampleBatch,
     Record,
 )
+from schemas.sample_columns import SampleColumns
 from schemas.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
@@ -50,6 +51,9 @@ INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_SAMPLES
 
 Row = Record | Tombstone
 """What an operator emits: a record, or the end of an entity on a compacted topic."""
+Given = Event | SampleColumns
+"""What an operator is given: an event, or a GPU sample batch the worker read by column
+(:mod:`schemas.sample_columns`), which stands for the GpuSampleBatch it holds."""
 
 
 class Operator(Protocol):
@@ -61,14 +65,14 @@ class Operator(Protocol):
     state: Stateful
     """What a restart restores instead of re-reading the inputs."""
 
-    def advance(self, event: Event) -> Iterator[Sequence[Row]]:
+    def advance(self, event: Given) -> Iterator[Sequence[Row]]:
         """The rows of the windows ``event``'s time closes, one window at a time, lazily (a day's
         gap is thousands of windows). State between two of them is a sound checkpoint: the
         worker may commit there and, after a restart, give ``event`` again, which closes only
         the windows left. ``process(event)`` afterwards returns only what the event itself causes."""
         ...
 
-    def process(self, event: Event) -> Sequence[Row]:
+    def process(self, event: Given) -> Sequence[Row]:
         """Rows caused by ``event`` (raises LateEvent for an event older than applied time)."""
         ...
 
@@ -80,7 +84,7 @@ class Operator(Protocol):
 class _Unwindowed:
     """An operator without windows: its work per event is bounded, nothing to close first."""
 
-    def advance(self, _event: Event) -> Iterator[Sequence[Row]]:
+    def advance(self, _event: Given) -> Iterator[Sequence[Row]]:
         return iter(())
 
 
@@ -93,10 +97,10 @@ class AllocationOperator:
         self.state = self._aggregator = AllocationAggregator(windows, per_node=per_node, overview=overview)
         self.inputs = (NODES, PODS, GPU_SAMPLES, WATERMARKS) if overview else (NODES, PODS, WATERMARKS)
 
-    def advance(self, event: Event) -> Iterator[Sequence[Record]]:
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
         return self._aggregator.advance(event)
 
-    def process(self, event: Event) -> Sequence[Record]:
+    def process(self, event: Given) -> Sequence[Record]:
         return self._aggregator.process(event)
 
     def output(self, row: Record) -> TopicSpec:
@@ -114,10 +118,10 @@ class WorkloadUsageOperator:
     def __init__(self, windows: TumblingWindows) -> None:
         self.state = self._usage = WorkloadUsage(windows)
 
-    def advance(self, event: Event) -> Iterator[Sequence[Record]]:
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
         return self._usage.advance(event)
 
-    def process(self, event: Event) -> Sequence[Record]:
+    def process(self, event: Given) -> Sequence[Record]:
         return self._usage.process(event)
 
     def output(self, _row: Record) -> TopicSpec:
@@ -133,7 +137,7 @@ class AlertOperator(_Unwindowed):
     def __init__(self, rules: AlertRules) -> None:
         self.state = self._detector = AlertDetector(rules)
 
-    def process(self, event: Event) -> Sequence[Record]:
+    def process(self, event: Given) -> Sequence[Record]:
         return self._detector.process(event)
 
     def output(self, _row: Record) -> TopicSpec:
@@ -155,7 +159,7 @@ class DeviceChangelogOperator(_Unwindowed):
         self._last: dict[tuple[str, str], DeviceInventory] = {}
         self._changed: set[StateKey] = set()
 
-    def process(self, event: Event) -> Sequence[Record]:
+    def process(self, event: Given) -> Sequence[Record]:
         assert isinstance(event, DeviceInventory)
         key = (event.cluster, event.node)
         before = self._last.get(key)
@@ -192,8 +196,8 @@ class LatestSamplesOperator(_Unwindowed):
     def __init__(self, every_ms: int) -> None:
         self.state = self._latest = LatestSamples(every_ms)
 
-    def process(self, event: Event) -> Sequence[Record]:
-        assert isinstance(event, GpuSampleBatch)
+    def process(self, event: Given) -> Sequence[Record]:
+        assert isinstance(event, GpuSampleBatch | SampleColumns)
         return self._latest.process(event)
 
     def output(self, _row: Record) -> TopicSpec:
@@ -209,7 +213,8 @@ class StateOperator(_Unwindowed):
     def __init__(self) -> None:
         self.state = self._tables = StateTables()
 
-    def process(self, event: Event) -> Sequence[Row]:
+    def process(self, event: Given) -> Sequence[Row]:
+        assert isinstance(event, Event)  # its inputs hold no GPU samples
         return self._tables.process(event)
 
     def output(self, row: Row) -> TopicSpec:

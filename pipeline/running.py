@@ -58,7 +58,7 @@ from pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
 from pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from pipeline.hanging_transactions import HangingTransactionReaper
 from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
-from pipeline.operators import INPUT_ORDER, Operator, Row
+from pipeline.operators import INPUT_ORDER, Given, Operator, Row
 from pipeline.positions import InputPositions
 from pipeline.state_tables import Tombstone
 from pipeline.windows import from_ms, to_ms
@@ -77,9 +77,10 @@ from schemas.models import (
 )
 from schemas.producing import produce_with_backpressure
 from schemas.retrying import is_transient, retry_transient, transient_failure
+from schemas.sample_columns import NativeSampleDecoder, SampleColumns
 from schemas.settings import KafkaSettings
 from schemas.sharding import UNSHARDED, Shard
-from schemas.topics import DLQ, TopicSpec, record_key
+from schemas.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class _OutOfBounds:
 
 
 OFFSET_ONLY = _OffsetOnly()
-Input = Event | DecodeError | _OffsetOnly | _OutOfBounds
+Input = Given | DecodeError | _OffsetOnly | _OutOfBounds
 STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerEvent)
 """Records that change state: never dropped as late (see ``StreamWorker._take``)."""
 
@@ -167,6 +168,8 @@ class StreamWorker:
         wanted = {spec.name for op in operators for spec in op.inputs}
         self._inputs = tuple(spec for spec in INPUT_ORDER if spec.name in wanted)
         self._routes = {spec.name: [op for op in operators if spec in op.inputs] for spec in self._inputs}
+        self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
+        """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
         self._consumer = Consumer(
             kafka.librdkafka(
                 **{
@@ -352,8 +355,9 @@ class StreamWorker:
         False when ``stop`` was set before the records released were all processed: the cycle
         in flight is then half done, and the caller must abort it (:meth:`run` does).
         """
-        for message in self._consumer.consume(self._idle.batch(self._alignment.fetch_size), timeout):
-            self._take(message)
+        messages = self._consumer.consume(self._idle.batch(self._alignment.fetch_size), timeout)
+        for message, columns in zip(messages, self._read_samples(messages), strict=True):
+            self._take(message, columns)
         self._idle.tick()
         ends = self._end_offsets() if self._clocks.wants_barrier else None
         if ends is not None:
@@ -403,7 +407,27 @@ class StreamWorker:
         )
         self._reported = (now, self.processed)
 
-    def _take(self, message: Message) -> None:
+    def _read_samples(self, messages: list[Message]) -> list[SampleColumns | None]:
+        """Per message, its GPU sample batch read by column where the fetch holds enough of them
+        (None: decoded one by one, as every other record)."""
+        decoded: list[SampleColumns | None] = [None] * len(messages)
+        if self._columns is None:
+            return decoded
+        shard = self._shard
+        at = [
+            i
+            for i, m in enumerate(messages)
+            if m.topic() == GPU_SAMPLES.name
+            and m.error() is None
+            and (shard is None or shard.owns_key(m.key()))
+        ]
+        for i, columns in zip(
+            at, self._columns.decode([messages[i].value() or b"" for i in at]), strict=True
+        ):
+            decoded[i] = columns
+        return decoded
+
+    def _take(self, message: Message, columns: SampleColumns | None = None) -> None:
         topic, partition = message.topic() or "", message.partition() or 0
         error = message.error()
         if error is not None:
@@ -436,7 +460,11 @@ class StreamWorker:
             if self._shard is not None and not self._shard.owns_key(key):
                 record, event_ms, cluster = OFFSET_ONLY, self._last_ms.get((topic, partition), 0), ""
             else:
-                record = self._codec.decode(self._specs[topic], message.value() or b"")  # type: ignore[assignment]
+                record = (
+                    columns
+                    if columns is not None
+                    else self._codec.decode(self._specs[topic], message.value() or b"")
+                )  # type: ignore[assignment]
                 if self._shard is not None:
                     _check_key(key, record)
                 event_ms, cluster = to_ms(record.event_time), record.cluster
@@ -448,7 +476,8 @@ class StreamWorker:
                     watermark=isinstance(record, Watermark),
                 )
                 if beyond is not None:  # it moves no clock and keeps its partition's place
-                    record = _OutOfBounds(record, beyond)
+                    exact = record.batch() if isinstance(record, SampleColumns) else record
+                    record = _OutOfBounds(exact, beyond)
                     event_ms = self._last_ms.get((topic, partition), 0)
                 elif isinstance(record, Watermark):
                     self._last_ms[(topic, partition)] = event_ms
@@ -493,7 +522,7 @@ class StreamWorker:
             self._dead_letter(item, record)
             self._positions.processed(cluster, item.topic, item.partition, item.offset)
             return True
-        assert isinstance(record, Event)
+        assert isinstance(record, Event | SampleColumns)
         if isinstance(record, Watermark) and record.final:
             log.info(
                 "final watermark of cluster %s at %s: closing its windows", record.cluster, record.event_time
@@ -615,7 +644,7 @@ def _restamp(record: Event, released_ms: int) -> Event:
     return record.model_copy(update={"event_time": from_ms(released_ms)})
 
 
-def _check_key(key: bytes | None, record: Event) -> None:
+def _check_key(key: bytes | None, record: Given) -> None:
     """A sharded worker places records by key: the key must name the record's cluster."""
     cluster = record.cluster.encode()
     if key != cluster and not (key or b"").startswith(cluster + b"/"):

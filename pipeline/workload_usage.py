@@ -33,6 +33,7 @@ from schemas.models import (
     Watermark,
     WorkloadGpuUsage,
 )
+from schemas.sample_columns import SampleColumns, event_name, readings
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ class WorkloadUsage:
         self._clusters: dict[str, _Cluster] = {}
         self._changed: set[StateKey] = set()
 
-    def process(self, event: Event) -> list[WorkloadGpuUsage]:
+    def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
         :meth:`advance` first hands them over one by one)."""
         rows = [row for window in self.advance(event) for row in window]
@@ -87,14 +88,14 @@ class WorkloadUsage:
             cluster = self._clusters[event.cluster] = _Cluster(event.cluster, self.windows.start_of(at), at)
         elif at < cluster.instant:
             raise LateEvent(
-                f"{type(event).__name__} at {event.event_time.isoformat()} is older than applied time"
+                f"{event_name(event)} at {event.event_time.isoformat()} is older than applied time"
             )
         elif at > cluster.instant:
             self._settle(cluster)
             cluster.instant = at
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
-        elif isinstance(event, GpuSampleBatch):
+        elif isinstance(event, GpuSampleBatch | SampleColumns):
             self._samples(cluster, event)
         elif isinstance(event, ContainerEvent):
             cluster.holders.container(event)
@@ -105,7 +106,7 @@ class WorkloadUsage:
             rows += self._close_window(cluster)  # the window holding the final watermark
         return rows
 
-    def advance(self, event: Event) -> Iterator[list[WorkloadGpuUsage]]:
+    def advance(self, event: Event | SampleColumns) -> Iterator[list[WorkloadGpuUsage]]:
         """Close the windows that end by ``event``'s time, one window's rows at a time, before it
         is processed. Settling applies only the series touched since (none, the second time),
         so state checkpointed between two windows goes on from there, and an event given again
@@ -148,16 +149,20 @@ class WorkloadUsage:
             usage.pods += 1
             cluster.touched.add(workload.uid)
 
-    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch) -> None:
-        for sample in batch.samples:
-            holder = cluster.holders.holder(sample.device_id)
-            workload = cluster.workload_of.get(holder.uid or "") if holder else None
-            if workload is None or sample.utilization_pct is None:
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
+        last: _Workload | None = None
+        for device_id, utilization in readings(batch):
+            if utilization is None:
                 continue
-            usage = self._usage(cluster, workload)
-            usage.util_sum += sample.utilization_pct
+            holder = cluster.holders.holder(device_id)
+            workload = cluster.workload_of.get(holder.uid or "") if holder else None
+            if workload is None:
+                continue
+            if workload is not last:  # a node's GPUs mostly serve one pod: its usage, looked up once
+                usage, last = self._usage(cluster, workload), workload
+            usage.util_sum += utilization
             usage.util_count += 1
-            usage.util_max = max(usage.util_max or 0.0, sample.utilization_pct)
+            usage.util_max = max(usage.util_max or 0.0, utilization)
 
     def _settle(self, cluster: _Cluster) -> None:
         for uid in cluster.touched:

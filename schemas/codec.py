@@ -127,6 +127,12 @@ class AvroCodec:
             raise DecodeError(DecodeFailure.AVRO_DECODE, f"schema id {schema_id}: not a record")
         return values
 
+    def writes_committed(self, topic: TopicSpec, schema_id: int) -> bool:
+        """Whether ``schema_id`` is the topic's own committed schema (its bodies need no
+        resolution); :class:`DecodeError` for an id the registry does not know."""
+        self._writer(schema_id)
+        return self._reader(schema_id, topic) is None
+
     def _compile(self, schema_id: int, topic: TopicSpec) -> Reader | None:
         """The generated reader, where the writer's schema is the topic's own (else None)."""
         self._writer(schema_id)

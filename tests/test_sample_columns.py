@@ -1,0 +1,128 @@
+"""GPU sample batches read by column read exactly what the exact path reads, or are left to it.
+
+The reference is the exact path, computed independently (``fastavro.schemaless_reader`` over
+the committed schema, then ``model_validate``: ``exact`` of the generated reader's test). A
+fetch mixes random batches (every union branch, empty and multi-block sample arrays, non-ASCII
+strings, NaN, infinities, out-of-range values and times), every damaged variant of a producer
+batch, and other schema ids; each value read by column must hold the exact record's fields.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+from avro_damage import damaged
+from test_compiled_reader import RandomRecords, exact
+
+from pipeline.alerting import AlertRules
+from pipeline.operators import (
+    INPUT_ORDER,
+    AlertOperator,
+    AllocationOperator,
+    Given,
+    LatestSamplesOperator,
+    Operator,
+    WorkloadUsageOperator,
+)
+from pipeline.windows import TumblingWindows
+from producers.simulate import ClusterSimulation, SimulationSpec
+from schemas.avro_schema import committed
+from schemas.codec import AvroCodec
+from schemas.examples import example_events
+from schemas.models import Alert, Event, GpuSampleBatch
+from schemas.sample_columns import SMALLEST, NativeSampleDecoder, SampleColumns, readings
+from schemas.topics import GPU_SAMPLES, PODS
+
+TOPIC_OF = {spec.record: spec for spec in INPUT_ORDER}
+
+
+def same(columns: SampleColumns, record: GpuSampleBatch) -> bool:
+    fields = ("event_id", "cluster", "event_time", "source", "node")
+    return [getattr(columns, f) for f in fields] == [getattr(record, f) for f in fields] and list(
+        readings(columns)
+    ) == list(readings(record))
+
+
+def check(codec: AvroCodec, values: list[bytes]) -> int:
+    """Decode ``values`` as one fetch; every value read by column is the exact record. How many were."""
+    read = 0
+    for value, columns in zip(values, NativeSampleDecoder(codec, GPU_SAMPLES).decode(values), strict=True):
+        if columns is None:
+            continue
+        record = exact(GpuSampleBatch, value[5:]) if value[:1] == b"\x00" else None
+        assert isinstance(record, GpuSampleBatch), value.hex()
+        assert value[1:5] == codec.schema_id(GPU_SAMPLES).to_bytes(4), value.hex()
+        assert same(columns, record), value.hex()
+        assert columns.batch() == record
+        read += 1
+    return read
+
+
+def test_random_batches_read_by_column_as_the_exact_path_reads_them(codec: AvroCodec) -> None:
+    records = RandomRecords(random.Random(7))
+    schema: Any = json.loads(committed(GpuSampleBatch))
+    values = [codec.encode_dict(GPU_SAMPLES, records.value(schema)) for _ in range(3_000)]
+    read = check(codec, values)
+    assert 0 < read < len(values)  # the generator reaches both valid and refused batches
+
+
+def test_damaged_batches_are_read_exactly_or_left_to_the_exact_path(codec: AvroCodec) -> None:
+    wire = codec.encode(GPU_SAMPLES, example_events("columns")[GPU_SAMPLES])
+    values = [wire, *damaged(wire, random.Random(3)), codec.encode(PODS, example_events("columns")[PODS])]
+    assert check(codec, values) > 1  # the intact batch, and damage that still makes a valid batch
+
+
+def test_a_fetch_of_valid_batches_is_read_whole_by_column(codec: AvroCodec) -> None:
+    batch = example_events("columns")[GPU_SAMPLES]
+    values = [codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": f"n{i}"})) for i in range(SMALLEST)]
+    assert check(codec, values) == SMALLEST
+    assert check(codec, values[:-1]) == 0  # too few to be worth a columnar read
+    header_only = values[0][:5]  # refused (truncated), it says nothing of the batches after it
+    assert check(codec, [header_only, *values]) == SMALLEST
+    many = batch.model_copy(update={"samples": batch.samples * 65})  # more GPUs than read by column
+    assert check(codec, [*values, codec.encode(GPU_SAMPLES, many)]) == SMALLEST
+
+
+def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(codec: AvroCodec) -> None:
+    """A simulated fleet through every operator reading samples, once with the batches as models
+    and once as read by column: the same rows in the same order, and the same state after."""
+    spec = SimulationSpec(
+        nodes=100, gpus_per_node=8, interval_s=2.0, start=datetime(2025, 1, 1, tzinfo=UTC),
+        duration_s=150, cluster="columns",
+    )  # fmt: skip
+    events: list[Event] = [event for _, event in ClusterSimulation(spec).events()]
+    at = [i for i, event in enumerate(events) if isinstance(event, GpuSampleBatch)]
+    wires = [codec.encode(GPU_SAMPLES, events[i]) for i in at]
+    decoder = NativeSampleDecoder(codec, GPU_SAMPLES)
+    columns = [
+        c for start in range(0, len(wires), 1_000) for c in decoder.decode(wires[start : start + 1_000])
+    ]
+    assert None not in columns
+    read: list[Given] = list(events)
+    for i, batch in zip(at, columns, strict=True):
+        read[i] = batch  # type: ignore[assignment]
+
+    def run(given: list[Given]) -> tuple[list[Any], dict[str, Any]]:
+        operators: list[Operator] = [
+            AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True),
+            WorkloadUsageOperator(TumblingWindows(30_000)),
+            AlertOperator(AlertRules(idle_for_s=20)),  # short enough for idle alerts to open
+            LatestSamplesOperator(10_000),
+        ]
+        rows: list[Any] = []
+        for event in given:
+            topic = GPU_SAMPLES if isinstance(event, SampleColumns) else TOPIC_OF[type(event)]
+            for operator in (op for op in operators if topic in op.inputs):
+                rows += [row for window in operator.advance(event) for row in window]
+                rows += operator.process(event)
+        state = {
+            op.name: sorted((key, repr(op.state.dump(key))) for key in op.state.live()) for op in operators
+        }
+        return rows, state
+
+    models, by_column = run(list(events)), run(read)
+    assert models == by_column
+    assert any(isinstance(row, Alert) for row in models[0])
