@@ -3,9 +3,9 @@
     python -m bench.agent_overhead [--seconds 60] [--vendor amd|nvidia] [--interval 5]
 
 Measures the process as deployed: ``gpulens agent`` in a process of its own (started through
-bench.agent_with_fakes, which swaps only the GPU library for tests/fake_amdsmi.py or
-tests/fake_nvml.py: MI300X / H100 values, the real libraries' call shapes), configured as
-infra/k8s/agent.yaml configures it (GPULENS_CONFIG plus GPULENS_AGENT__* variables, its
+bench.agent_with_fakes, which swaps only the GPU library for gpulens/testing/fake_amdsmi.py or
+gpulens/testing/fake_nvml.py: MI300X / H100 values, the real libraries' call shapes), configured as
+deploy/k8s/agent.yaml configures it (GPULENS_CONFIG plus GPULENS_AGENT__* variables, its
 metrics endpoint on). It publishes to a private platform's broker and registry, lists pod
 resources from a fake kubelet and reads a fake sysfs tree with two RDMA ports; those run in
 this process, so the agent's figures are its own: CPU from /proc/PID/stat, RSS from
@@ -28,11 +28,9 @@ from pathlib import Path
 
 from bench.e2e_probes import usage
 from gpulens.platform import free_port, private_platform
-from schemas.topic_admin import create_topics
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fake_kubelet import serving
-from fake_sysfs import build_sysfs
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.testing.fake_kubelet import serving
+from gpulens.testing.fake_sysfs import build_sysfs
 
 
 def _status(pid: int) -> dict[str, float]:

@@ -22,11 +22,11 @@ from types import FrameType
 from confluent_kafka import Producer
 
 from gpulens.config import load_settings
-from producers.simulate import ClusterSimulation, SimulationSpec
-from producers.simulate.batch_writing import SampleBatchWriter
-from producers.simulate.rounds import SampleRound
-from schemas.codec import AvroCodec, registry_client
-from schemas.topics import GPU_SAMPLES
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
+from gpulens.producers.simulate.batch_writing import SampleBatchWriter
+from gpulens.producers.simulate.rounds import SampleRound
+from gpulens.schemas.model.topics import GPU_SAMPLES
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 
 def main() -> None:

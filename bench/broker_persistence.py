@@ -3,7 +3,7 @@
     python -m bench.broker_persistence [--mb 1000] [--value-bytes 1000] [--end clean|kill]
 
 On a broker of its own (noida-db, free port, temporary directory), started and stopped by
-:class:`infra.launching.ServiceManager` as `gpulens infra up|down` do:
+:class:`gpulens.infra.launching.ServiceManager` as `gpulens infra up|down` do:
 
 1. publishes ``--mb`` megabytes of values with an idempotent producer (``acks=all``) and
    counts the records the broker acknowledged;
@@ -32,9 +32,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gpulens.infra.broker import noida_argv
+from gpulens.infra.launching import ServiceManager, ServiceSpec
 from gpulens.platform import free_port
-from infra.broker import noida_argv
-from infra.launching import ServiceManager, ServiceSpec
 
 TOPIC, PARTITIONS = "persistence-bench", 6
 

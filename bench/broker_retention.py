@@ -7,7 +7,7 @@ temporary directory), `gpulens simulate` publishes a cluster of ``--gpus`` GPUs 
 GpuSampleBatch a node every 2 s, plus its pods, containers and inventories) at real time for
 ``--duration`` s, while one consumer group, standing in for the pipeline's groups, reads every
 topic the simulator writes and commits every second. In mode ``on`` a
-:class:`infra.retaining.Retainer` runs a pass every ``--interval`` s with that group required
+:class:`gpulens.infra.retaining.Retainer` runs a pass every ``--interval`` s with that group required
 and ``--keep`` s of consumed records kept (what `gpulens retention` does for the pipeline's
 groups); ``off`` runs none. Every 10 s it prints the broker's RSS, its data directory on disk,
 the records consumed and the broker's CPU seconds; at the end, the broker's peak and last RSS
@@ -29,10 +29,10 @@ from pathlib import Path
 from confluent_kafka import Consumer
 
 from gpulens.config import GPULensSettings
+from gpulens.infra.retaining import Retainer, RetentionError, RetentionPolicy
 from gpulens.platform import BROKER, manager, private_platform
-from infra.retaining import Retainer, RetentionError, RetentionPolicy
-from schemas.topic_admin import create_topics
-from schemas.topics import CATALOG
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import CATALOG
 
 GROUP = "bench-retention"
 TOPICS = tuple(t for t in CATALOG if "compact" not in t.cleanup_policy)

@@ -18,10 +18,10 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from gpulens.platform import private_platform
-from schemas.codec import AvroCodec, registry_client
-from schemas.examples import example_events
-from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES, PODS, TopicSpec, record_key
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import GPU_SAMPLES, PODS, TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 
 def _rate(count: int, seconds: float) -> str:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.settings import ClickHouseSettings
-from schemas.settings import KafkaSettings
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.settings import ClickHouseSettings
+from gpulens.schemas.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -78,14 +78,22 @@ from bench.e2e_report import (
     slope,
     tables,
 )
-from consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.config import GPULensSettings
+from gpulens.consumers.clickhouse.rows import SINK_TOPICS
+from gpulens.infra.launching import port_open
 from gpulens.main_job import RETENTION, pipeline_specs
+from gpulens.pipeline.operators import INPUT_ORDER
 from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, manager, private_platform
-from infra.launching import port_open
-from pipeline.operators import INPUT_ORDER
-from schemas.topic_admin import create_topics
-from schemas.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, NODES, PODS, WATERMARKS, WORKLOADS
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import (
+    CONTAINERS,
+    DEVICE_INVENTORY,
+    GPU_SAMPLES,
+    NODES,
+    PODS,
+    WATERMARKS,
+    WORKLOADS,
+)
 
 ORDER = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "retention", "simulator", "bench")
 SIMULATED = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, WORKLOADS, GPU_SAMPLES, WATERMARKS)
@@ -178,14 +186,14 @@ def _partitions(topics: object) -> list[TopicPartition]:
 
 
 def _worker_inputs(options: Options) -> list[TopicPartition]:
-    from pipeline.alerting import AlertRules
-    from pipeline.operators import (
+    from gpulens.pipeline.alerting import AlertRules
+    from gpulens.pipeline.operators import (
         AlertOperator,
         AllocationOperator,
         DeviceChangelogOperator,
         WorkloadUsageOperator,
     )
-    from pipeline.windows import TumblingWindows
+    from gpulens.pipeline.windows import TumblingWindows
 
     windows = TumblingWindows(options.window_s * 1000)
     make = {
@@ -208,7 +216,7 @@ def _pipeline(settings: GPULensSettings, config: Path, logs: Path, options: Opti
         processes.start(
             "worker",
             [*gpulens, "worker", "--window", str(options.window_s), "--processors", options.processors],
-            ready=processes.logged("worker", "pipeline.running: worker "),
+            ready=processes.logged("worker", "gpulens.pipeline.running: worker "),
         )
         if options.exporter:
             exporter = settings.exporter

@@ -32,14 +32,14 @@ from pathlib import Path
 from types import FrameType
 
 from gpulens.config import load_settings
-from producers.publishing import DeliveryCallback, EventPublisher
-from producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
-from producers.simulate.batch_writing import SampleBatchWriter
-from producers.simulate.rounds import SampleRound
-from producers.simulate.simulating import Item
-from schemas.codec import AvroCodec, registry_client
-from schemas.settings import KafkaSettings
-from schemas.topics import GPU_SAMPLES, TopicSpec
+from gpulens.producers.publishing import DeliveryCallback, EventPublisher
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
+from gpulens.producers.simulate.batch_writing import SampleBatchWriter
+from gpulens.producers.simulate.rounds import SampleRound
+from gpulens.producers.simulate.simulating import Item
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.model.topics import GPU_SAMPLES, TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 
 class CountingPublisher(EventPublisher):

@@ -33,21 +33,27 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.prometheus import EXPORTED_TOPICS
-from consumers.prometheus.checkpointing import state_log_topic
+from gpulens.consumers.prometheus import EXPORTED_TOPICS
+from gpulens.consumers.prometheus.checkpointing import state_log_topic
 from gpulens.platform import free_port, private_platform
-from schemas.codec import AvroCodec, registry_client
-from schemas.models import (
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.state_log import StateLog
+from gpulens.schemas.kafka.topic_admin import create_topics, topic_partitions
+from gpulens.schemas.model.models import (
     ClusterGpuAllocation,
     GpuSample,
     GpuSampleBatch,
     NodeGpuAllocation,
     WorkloadGpuUsage,
 )
-from schemas.settings import KafkaSettings
-from schemas.state_log import StateLog
-from schemas.topic_admin import create_topics, topic_partitions
-from schemas.topics import CLUSTER_ALLOCATION, GPU_SAMPLES, NODE_ALLOCATION, WORKLOAD_USAGE, record_key
+from gpulens.schemas.model.topics import (
+    CLUSTER_ALLOCATION,
+    GPU_SAMPLES,
+    NODE_ALLOCATION,
+    WORKLOAD_USAGE,
+    record_key,
+)
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 WINDOW = timedelta(seconds=30)

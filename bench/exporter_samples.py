@@ -28,14 +28,20 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from consumers.prometheus import EXPORTED_TOPICS, PER_GPU_TOPICS, Exporter, ExporterSettings
+from gpulens.consumers.prometheus import EXPORTED_TOPICS, PER_GPU_TOPICS, Exporter, ExporterSettings
+from gpulens.pipeline.latest_samples import LatestSamples
 from gpulens.platform import private_platform
-from pipeline.latest_samples import LatestSamples
-from schemas.codec import AvroCodec, registry_client
-from schemas.models import GpuSample, GpuSampleBatch, NodeGpuAllocation
-from schemas.settings import KafkaSettings
-from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES, NODE_ALLOCATION, STATE_GPU_SAMPLES, TopicSpec, record_key
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import GpuSample, GpuSampleBatch, NodeGpuAllocation
+from gpulens.schemas.model.topics import (
+    GPU_SAMPLES,
+    NODE_ALLOCATION,
+    STATE_GPU_SAMPLES,
+    TopicSpec,
+    record_key,
+)
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 CLUSTER = "bench"

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import grpc
 
+from gpulens.infra.launching import ServiceManager, ServiceSpec
 from gpulens.platform import free_port, private_platform
-from infra.launching import ServiceManager, ServiceSpec
-from protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
-from schemas.codec import AvroCodec, registry_client
-from schemas.topic_admin import create_topics
-from schemas.topics import STORAGE
-from tests.gateway_support import event_ids, storage_event, storage_values
+from gpulens.protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import STORAGE
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.gateway_support import event_ids, storage_event, storage_values
 
 TOKEN = "bench-token"
 

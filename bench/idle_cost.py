@@ -44,11 +44,11 @@ from gpulens.config import GPULensSettings, load_settings
 from gpulens.draining import wait_drained
 from gpulens.main_job import SUPERVISOR, stop_pipeline
 from gpulens.platform import manager, write_private_config
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec, registry_client
-from schemas.examples import example_events
-from schemas.lag import RecordLag
-from schemas.topics import CATALOG, NODES
+from gpulens.producers.publishing import EventPublisher
+from gpulens.schemas.kafka.lag import RecordLag
+from gpulens.schemas.model.topics import CATALOG, NODES
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 
 def gpulens(config: Path, *args: str) -> list[str]:

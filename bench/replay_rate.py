@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpulens.platform import private_platform
-from producers.publishing import EventPublisher
-from producers.replay import alibaba_v2023, genai_duty
-from producers.replay.locating import traces_dir
-from producers.replay.pacing import replay
-from schemas.codec import AvroCodec, registry_client
-from schemas.topic_admin import create_topics
+from gpulens.producers.publishing import EventPublisher
+from gpulens.producers.replay import alibaba_v2023, genai_duty
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.producers.replay.pacing import replay
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.e2e_probes import usage
 from gpulens.config import GPULensSettings
 from gpulens.platform import free_port, private_platform
-from schemas.topics import CLUSTER_ALLOCATION
+from gpulens.schemas.model.topics import CLUSTER_ALLOCATION
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = "restart-bench"

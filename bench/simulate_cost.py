@@ -39,7 +39,7 @@ from pathlib import Path
 
 from bench.e2e_report import quantile
 from gpulens.platform import private_platform
-from schemas.topic_admin import create_topics
+from gpulens.schemas.kafka.topic_admin import create_topics
 
 _TICK = os.sysconf("SC_CLK_TCK")
 VARIANTS = ("bare", "columns", "records", "tree")

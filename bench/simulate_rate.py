@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpulens.platform import private_platform
-from producers.publishing import EventPublisher
-from producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
-from producers.simulate.batch_writing import SampleBatchWriter
-from producers.simulate.rounds import SampleRound
-from schemas.codec import AvroCodec, registry_client
-from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES
+from gpulens.producers.publishing import EventPublisher
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
+from gpulens.producers.simulate.batch_writing import SampleBatchWriter
+from gpulens.producers.simulate.rounds import SampleRound
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import GPU_SAMPLES
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 SIZES = ((125, 8, 2.0), (500, 8, 2.0), (1250, 8, 2.0))
 

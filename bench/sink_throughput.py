@@ -9,7 +9,7 @@ database, and time until every row is in. The whole path is measured: consume, d
 Sink, broker and ClickHouse share this machine's cores.
 
 Before the runs, the conflicting-duplicate check the sink makes per record
-(:class:`~consumers.clickhouse.duplicates.DuplicateGuard`) is timed alone on the same records:
+(:class:`~gpulens.consumers.clickhouse.duplicates.DuplicateGuard`) is timed alone on the same records:
 first sight (each id new) and a resend (each id known, same content), beside the decode of the
 same records for scale, with the memory it holds per remembered id.
 
@@ -37,20 +37,20 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
 
 from bench.e2e_probes import usage
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.duplicates import DuplicateGuard
-from consumers.clickhouse.migrating import migrate
-from consumers.clickhouse.rows import GPU_SAMPLES as SAMPLES_TABLE
-from consumers.clickhouse.rows import rows_of
-from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
-from consumers.clickhouse.sinking import run_sink
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.duplicates import DuplicateGuard
+from gpulens.consumers.clickhouse.migrating import migrate
+from gpulens.consumers.clickhouse.rows import GPU_SAMPLES as SAMPLES_TABLE
+from gpulens.consumers.clickhouse.rows import rows_of
+from gpulens.consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
+from gpulens.consumers.clickhouse.sinking import run_sink
 from gpulens.platform import CLICKHOUSE, manager, private_platform
-from schemas.codec import AvroCodec, registry_client
-from schemas.consuming import Decoded
-from schemas.examples import example_events
-from schemas.models import Event
-from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
+from gpulens.schemas.kafka.consuming import Decoded
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import Event
+from gpulens.schemas.model.topics import GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 GPUS = 8
 

@@ -27,12 +27,12 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from bench.e2e_probes import usage
 from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec, registry_client
-from schemas.examples import example_events
-from schemas.models import OwnerReference, PodEvent
-from schemas.topic_admin import create_topics
-from schemas.topics import PODS, STATE_PODS, TopicSpec
+from gpulens.producers.publishing import EventPublisher
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import OwnerReference, PodEvent
+from gpulens.schemas.model.topics import PODS, STATE_PODS, TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 PHASES = ("Pending", "Running", "Running", "Succeeded")
 

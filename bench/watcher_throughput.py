@@ -2,7 +2,7 @@
 
     python -m bench.watcher_throughput [--pods N]
 
-Starts a private platform and the fake API server of the tests (tests/fake_kube.py), then
+Starts a private platform and the fake API server of the tests (gpulens/testing/fake_kube.py), then
 measures two paths of the real watcher code: the initial LIST of N GPU pods (``run_once``:
 restore from the topics, list, translate, reconcile, encode, produce, flush) and N pods
 created while it WATCHes (streamed as newline-delimited JSON, decoded, translated, encoded,
@@ -21,7 +21,7 @@ from pathlib import Path
 from kubernetes.client import Configuration
 
 from gpulens.platform import private_platform
-from producers.kubernetes import (
+from gpulens.producers.kubernetes import (
     GpuCatalog,
     KubeApi,
     LeaseSettings,
@@ -30,10 +30,10 @@ from producers.kubernetes import (
     WatcherSettings,
     read_published,
 )
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec, registry_client
-from schemas.topic_admin import create_topics
-from tests.fake_kube import FakeKube
+from gpulens.producers.publishing import EventPublisher
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.fake_kube import FakeKube
 
 
 def _pod(i: int) -> dict:

@@ -26,12 +26,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
-from schemas.codec import AvroCodec, registry_client
-from schemas.examples import example_events
-from schemas.ids import event_id
-from schemas.models import ChangeType, Watermark
-from schemas.topic_admin import create_topics
-from schemas.topics import (
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import ChangeType, Watermark
+from gpulens.schemas.model.topics import (
     CLUSTER_ALLOCATION,
     CLUSTER_OVERVIEW,
     NODE_ALLOCATION,
@@ -40,6 +38,8 @@ from schemas.topics import (
     WATERMARKS,
     entity_key,
 )
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 START = datetime(2024, 3, 1, tzinfo=UTC)
 CLUSTER = "gap"

@@ -32,10 +32,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from gpulens.config import GPULensSettings as Settings
-from gpulens.platform import private_platform
-from gpulens.tuning import tune_for_throughput
-from pipeline.alerting import AlertRules
-from pipeline.operators import (
+from gpulens.pipeline.alerting import AlertRules
+from gpulens.pipeline.operators import (
     AlertOperator,
     AllocationOperator,
     DeviceChangelogOperator,
@@ -43,17 +41,19 @@ from pipeline.operators import (
     StateOperator,
     WorkloadUsageOperator,
 )
-from pipeline.running import StreamWorker, WorkerOptions
-from pipeline.windows import TumblingWindows
-from producers.publishing import EventPublisher
-from producers.replay import alibaba_v2023, genai_duty
-from producers.replay.locating import traces_dir
-from producers.replay.pacing import replay
-from producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
-from schemas.codec import AvroCodec, registry_client
-from schemas.models import GpuSampleBatch
-from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES
+from gpulens.pipeline.running import StreamWorker, WorkerOptions
+from gpulens.pipeline.windows import TumblingWindows
+from gpulens.platform import private_platform
+from gpulens.producers.publishing import EventPublisher
+from gpulens.producers.replay import alibaba_v2023, genai_duty
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.producers.replay.pacing import replay
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec, publish_simulation
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import GpuSampleBatch
+from gpulens.schemas.model.topics import GPU_SAMPLES
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.tuning import tune_for_throughput
 
 HOUR = 3_600_000
 Cases = dict[str, Callable[[], list[Operator]]]

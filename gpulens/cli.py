@@ -13,21 +13,21 @@ from pathlib import Path
 import click
 
 from gpulens.cli_context import Context, pass_context
-from gpulens.commands_agent import agent
-from gpulens.commands_exporter import exporter
-from gpulens.commands_gateway import gateway
-from gpulens.commands_replay import replay
-from gpulens.commands_retention import retention
-from gpulens.commands_simulate import simulate
-from gpulens.commands_sink import db, sink
-from gpulens.commands_tables import tables
-from gpulens.commands_watch import watch
-from gpulens.commands_worker import worker
+from gpulens.commands.agent import agent
+from gpulens.commands.exporter import exporter
+from gpulens.commands.gateway import gateway
+from gpulens.commands.replay import replay
+from gpulens.commands.retention import retention
+from gpulens.commands.simulate import simulate
+from gpulens.commands.sink import db, sink
+from gpulens.commands.tables import tables
+from gpulens.commands.watch import watch
+from gpulens.commands.worker import worker
+from gpulens.infra.launching import Status
 from gpulens.main_job import EXAMPLES
 from gpulens.platform import ORDER, manager, service_specs, start_platform, write_private_config
-from infra.launching import Status
-from schemas.exceptions import GPULensError
-from schemas.topic_admin import BrokerUnreachable
+from gpulens.schemas.kafka.topic_admin import BrokerUnreachable
+from gpulens.schemas.model.exceptions import GPULensError
 
 log = logging.getLogger("gpulens")
 
@@ -129,7 +129,7 @@ def topics() -> None:
 @pass_context
 def topics_create(context: Context) -> None:
     """Create every catalog topic that does not exist yet (idempotent)."""
-    from schemas.topic_admin import create_topics
+    from gpulens.schemas.kafka.topic_admin import create_topics
 
     created = create_topics(context.settings.kafka)
     click.echo(f"created {len(created)} topics" + (": " + ", ".join(created) if created else ""))
@@ -139,7 +139,7 @@ def topics_create(context: Context) -> None:
 @pass_context
 def topics_list(context: Context) -> None:
     """List the catalog: topic, record type, key, partitions on the broker, policy."""
-    from schemas.topic_admin import describe_topics
+    from gpulens.schemas.kafka.topic_admin import describe_topics
 
     for state in describe_topics(context.settings.kafka):
         spec = state.spec
@@ -158,9 +158,9 @@ def schemas() -> None:
 @schemas.command("export")
 @click.option("--check", is_flag=True, help="Only check that the committed .avsc files match the models.")
 def schemas_export(check: bool) -> None:
-    """Write schemas/avro/*.avsc from the pydantic models (or --check they match)."""
-    from schemas.avro_schema import derive, render, schema_path
-    from schemas.topics import CATALOG
+    """Write gpulens/schemas/model/avro/*.avsc from the pydantic models (or --check they match)."""
+    from gpulens.schemas.model.avro_schema import derive, render, schema_path
+    from gpulens.schemas.model.topics import CATALOG
 
     stale = []
     for spec in CATALOG:
@@ -179,8 +179,8 @@ def schemas_export(check: bool) -> None:
 @pass_context
 def schemas_register(context: Context) -> None:
     """Register every topic's schema with the registry (BACKWARD-compatible changes only)."""
-    from schemas.codec import AvroCodec, registry_client
-    from schemas.topics import CATALOG
+    from gpulens.schemas.model.topics import CATALOG
+    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     codec = AvroCodec(registry_client(context.settings.registry.url))
     for spec in CATALOG:
@@ -201,7 +201,7 @@ def serve_registry(context: Context) -> None:
     """The embedded schema registry on registry.url, stored in the registry.store_topic topic."""
     from urllib.parse import urlparse
 
-    from schemas.registry import SchemaStore, serve
+    from gpulens.infra.registry import SchemaStore, serve
 
     settings = context.settings
     url = urlparse(settings.registry.url)
@@ -218,8 +218,8 @@ def serve_registry(context: Context) -> None:
 @pass_context
 def serve_clickhouse(context: Context) -> None:
     """Hold the embedded ClickHouse engine and serve the ClickHouse HTTP interface."""
-    from consumers.clickhouse.engine import EmbeddedEngine
-    from consumers.clickhouse.http_endpoint import serve
+    from gpulens.infra.clickhouse.engine import EmbeddedEngine
+    from gpulens.infra.clickhouse.http_endpoint import serve
 
     settings = context.settings
     engine = EmbeddedEngine(settings.chdb_path)
@@ -291,7 +291,7 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
     Idempotent: what runs already is left alone. Processes stay up (detached) until
     `gpulens down`, unless --foreground.
     """
-    from consumers.clickhouse.migrating import migrate
+    from gpulens.consumers.clickhouse.migrating import migrate
     from gpulens.main_job import (
         kubernetes_reachable,
         print_report,
@@ -299,8 +299,8 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
         start_pipeline,
         wait_until_drained,
     )
+    from gpulens.schemas.kafka.topic_admin import create_topics
     from gpulens.smoke import run_smoke
-    from schemas.topic_admin import create_topics
 
     if private_dir is not None:
         context = click.get_current_context().obj = _private_context(context, private_dir)
@@ -380,10 +380,10 @@ def status(context: Context) -> None:
     record), 3 when one has not (or has not started), 4 when the broker did not answer.
     """
     from gpulens.draining import measure
+    from gpulens.infra.launching import State
+    from gpulens.infra.supervising import read_restarts
     from gpulens.main_job import PIPELINE, SUPERVISOR
-    from infra.launching import State
-    from infra.supervising import read_restarts
-    from schemas.lag import LagError, RecordLag
+    from gpulens.schemas.kafka.lag import LagError, RecordLag
 
     services = manager(context.settings)
     click.get_current_context().invoke(infra_status)
@@ -425,8 +425,8 @@ def supervise(context: Context, watch: bool) -> None:
     processes it runs (each writes what it buffers first). Restarts are logged and shown
     by `gpulens status`.
     """
+    from gpulens.infra.supervising import Supervisor
     from gpulens.main_job import pipeline_specs
-    from infra.supervising import Supervisor
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -442,7 +442,7 @@ def supervise(context: Context, watch: bool) -> None:
 @pass_context
 def sql(context: Context, query: str, fmt: str) -> None:
     """Run QUERY against the configured ClickHouse and print the result."""
-    from consumers.clickhouse.client import get_client
+    from gpulens.consumers.clickhouse.client import get_client
 
     client = get_client(context.settings.clickhouse)
     click.echo(client.raw_query(query, fmt=fmt).decode(), nl=False)

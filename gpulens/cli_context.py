@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from gpulens.config import GPULensSettings, load_settings
-from schemas.sharding import Shard
+from gpulens.schemas.kafka.sharding import Shard
 
 __all__ = ["Context", "ShardType", "pass_context"]
 

@@ -19,14 +19,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
-from consumers.prometheus.settings import ExporterSettings
-from infra.settings import PlatformSettings, RetentionSettings
-from producers.agent.settings import AgentSettings
-from producers.gateway.settings import GatewaySettings
-from producers.kubernetes.settings import WatcherSettings
-from schemas.exceptions import ConfigError
-from schemas.settings import KafkaSettings, RegistrySettings
+from gpulens.consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
+from gpulens.consumers.prometheus.settings import ExporterSettings
+from gpulens.infra.settings import PlatformSettings, RetentionSettings
+from gpulens.producers.agent.settings import AgentSettings
+from gpulens.producers.gateway.settings import GatewaySettings
+from gpulens.producers.kubernetes.settings import WatcherSettings
+from gpulens.schemas.kafka.settings import KafkaSettings, RegistrySettings
+from gpulens.schemas.model.exceptions import ConfigError
 
 ENV_PREFIX = "GPULENS_"
 _config_file: ContextVar[Path | None] = ContextVar("gpulens_config_file", default=None)

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from schemas.codec import AvroCodec
-from schemas.exceptions import GPULensError
-from schemas.models import NodeEvent, PodEvent, WorkloadState
-from schemas.settings import KafkaSettings
-from schemas.topics import STATE_NODES, STATE_PODS, STATE_WORKLOADS, TopicSpec
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.model.exceptions import GPULensError
+from gpulens.schemas.model.models import NodeEvent, PodEvent, WorkloadState
+from gpulens.schemas.model.topics import STATE_NODES, STATE_PODS, STATE_WORKLOADS, TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec
 
 
 class StateReadError(GPULensError):

@@ -1,6 +1,6 @@
 """Whether the pipeline has drained: every consumer group of it has consumed every record.
 
-A group has drained when its lag in records (:mod:`schemas.lag`: committed offsets against
+A group has drained when its lag in records (:mod:`gpulens.schemas.kafka.lag`: committed offsets against
 the partitions' ends, transaction markers excluded) is 0 on every partition it reads. The
 partitions the worker reads are the ones it committed on; the sink and the exporter read every
 partition of their topics (a partition never committed on counts from its first offset: data
@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from consumers.clickhouse.rows import SINK_TOPICS
-from consumers.prometheus.exporting import exported_topics
 from gpulens.config import GPULensSettings
-from pipeline.running import WorkerOptions
-from schemas.lag import RecordLag, per_topic
-from schemas.topics import TopicSpec
+from gpulens.consumers.clickhouse.rows import SINK_TOPICS
+from gpulens.consumers.prometheus.exporting import exported_topics
+from gpulens.pipeline.running import WorkerOptions
+from gpulens.schemas.kafka.lag import RecordLag, per_topic
+from gpulens.schemas.model.topics import TopicSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpulens.commands_worker import PROCESSORS
+from gpulens.commands.worker import PROCESSORS
 from gpulens.config import GPULensSettings
-from infra.launching import ServiceManager, ServiceSpec, State
+from gpulens.infra.launching import ServiceManager, ServiceSpec, State
 
 if TYPE_CHECKING:
     from gpulens.draining import GroupLag
@@ -123,11 +123,11 @@ def stop_pipeline(services: ServiceManager, echo: Callable[[str], None]) -> None
 def replay_traces(settings: GPULensSettings) -> int:
     """Publish both public traces (Alibaba v2023 pods, GenAI duty cycles) with progress bars;
     the events published."""
-    from producers.publishing import EventPublisher
-    from producers.replay import alibaba_v2023, genai_duty
-    from producers.replay.locating import traces_dir
-    from producers.replay.pacing import replay
-    from schemas.codec import AvroCodec, registry_client
+    from gpulens.producers.publishing import EventPublisher
+    from gpulens.producers.replay import alibaba_v2023, genai_duty
+    from gpulens.producers.replay.locating import traces_dir
+    from gpulens.producers.replay.pacing import replay
+    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     traces = traces_dir()
     codec = AvroCodec(registry_client(settings.registry.url))
@@ -252,7 +252,7 @@ EXAMPLES = (
 
 def print_report(settings: GPULensSettings, echo: Callable[[str], None]) -> None:
     """The short report of `gpulens up`, computed from ClickHouse."""
-    from consumers.clickhouse.client import get_client
+    from gpulens.consumers.clickhouse.client import get_client
 
     client = get_client(settings.clickhouse, database=settings.clickhouse.database)
     names = {"alibaba": f"{settings.cluster}-alibaba", "genai": f"{settings.cluster}-genai"}
@@ -266,7 +266,7 @@ def print_report(settings: GPULensSettings, echo: Callable[[str], None]) -> None
 def print_current_state(settings: GPULensSettings, echo: Callable[[str], None]) -> None:
     """The clusters as a subscriber of the compacted state topics sees them now."""
     from gpulens.current_state import clusters_now
-    from schemas.codec import AvroCodec, registry_client
+    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     echo("\nNow, from the compacted state topics (gpulens.state.*.v1 read from the beginning):")
     clusters = clusters_now(settings.kafka, AvroCodec(registry_client(settings.registry.url)))

@@ -12,10 +12,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
-from infra.broker import noida_argv, tansu_argv
-from infra.launching import ServiceManager, ServiceSpec, Status
-from infra.log_writing import LogRotation
-from schemas.exceptions import ConfigError, GPULensError
+from gpulens.infra.broker import noida_argv, tansu_argv
+from gpulens.infra.launching import ServiceManager, ServiceSpec, Status
+from gpulens.infra.log_writing import LogRotation
+from gpulens.schemas.model.exceptions import ConfigError, GPULensError
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from gpulens.config import GPULensSettings
-from schemas.codec import AvroCodec, registry_client
-from schemas.consuming import DecodingConsumer
-from schemas.examples import example_events
-from schemas.exceptions import GPULensError
-from schemas.topics import record_key
+from gpulens.schemas.kafka.consuming import DecodingConsumer
+from gpulens.schemas.model.exceptions import GPULensError
+from gpulens.schemas.model.topics import record_key
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 SMOKE_CLUSTER = "gpulens-smoke"
 """The cluster of every smoke record."""

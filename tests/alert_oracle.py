@@ -6,7 +6,7 @@ import csv
 from collections import defaultdict
 from pathlib import Path
 
-from producers.replay.locating import traces_dir
+from gpulens.producers.replay.locating import traces_dir
 
 SAMPLES = traces_dir() / "alibaba-genai-2026" / "pod_gpu_duty_cycle_48pods.csv"
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpulens.config import GPULensSettings
+from gpulens.infra.launching import ServiceManager
 from gpulens.platform import manager, private_platform
-from infra.launching import ServiceManager
-from schemas.codec import AvroCodec, registry_client
-from schemas.topic_admin import create_topics
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +86,7 @@ def promtool() -> Path:
     """promtool from Debian's prometheus package, unpacked into .tools/ (no server installed);
     the test is skipped, saying why, where the package cannot be had."""
     install = subprocess.run(
-        [str(Path(__file__).resolve().parent.parent / "infra" / "prometheus" / "install_promtool.sh")],
+        [str(Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "install_promtool.sh")],
         capture_output=True,
         text=True,
         timeout=300,

@@ -10,15 +10,19 @@ import os
 import sys
 import time
 
-import producers.publishing
-import producers.replay.alibaba_v2023
-import producers.replay.genai_duty
-import producers.replay.splitting
-import schemas.codec
+import gpulens.producers.publishing
+import gpulens.producers.replay.alibaba_v2023
+import gpulens.producers.replay.genai_duty
+import gpulens.producers.replay.splitting
+import gpulens.schemas.wire.codec
 from gpulens.cli import main
 
-assert producers.publishing and producers.replay.alibaba_v2023 and producers.replay.genai_duty
-assert producers.replay.splitting and schemas.codec
+assert (
+    gpulens.producers.publishing
+    and gpulens.producers.replay.alibaba_v2023
+    and gpulens.producers.replay.genai_duty
+)
+assert gpulens.producers.replay.splitting and gpulens.schemas.wire.codec
 
 if __name__ == "__main__":
     delay_s = float(sys.argv[1])

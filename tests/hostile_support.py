@@ -14,9 +14,9 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.config import GPULensSettings
-from schemas.codec import AvroCodec
-from schemas.models import DeadLetter
-from schemas.topics import DLQ
+from gpulens.schemas.model.models import DeadLetter
+from gpulens.schemas.model.topics import DLQ
+from gpulens.schemas.wire.codec import AvroCodec
 
 
 def start(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:

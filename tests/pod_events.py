@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from schemas.examples import example_events
-from schemas.models import ChangeType, OwnerReference, PodEvent
-from schemas.topics import PODS
+from gpulens.schemas.model.models import ChangeType, OwnerReference, PodEvent
+from gpulens.schemas.model.topics import PODS
+from gpulens.testing.examples import example_events
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 DEPLOYMENT = OwnerReference(kind="Deployment", api_version="apps/v1", name="serve", uid="deploy-1")

@@ -15,17 +15,17 @@ from pathlib import Path
 from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.exceptions import ClickHouseError
-from consumers.clickhouse.rows import SINK_TOPICS
-from consumers.clickhouse.settings import SinkSettings
-from consumers.clickhouse.sinking import run_sink
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import DeadLetter, GpuSampleBatch, Record
-from schemas.sharding import UNSHARDED, Shard
-from schemas.topic_admin import create_topics
-from schemas.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.exceptions import ClickHouseError
+from gpulens.consumers.clickhouse.rows import SINK_TOPICS
+from gpulens.consumers.clickhouse.settings import SinkSettings
+from gpulens.consumers.clickhouse.sinking import run_sink
+from gpulens.schemas.kafka.sharding import UNSHARDED, Shard
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import DeadLetter, GpuSampleBatch, Record
+from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 GPUS = 8
 """GPUs in each batch of :func:`sample_batches`."""

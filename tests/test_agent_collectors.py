@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 
 import pytest
-from fake_amdsmi import GIB, STATUS_DRIVER_NOT_LOADED, FakeAmdSmi, mi250x, mi300x
-from fake_nvml import MIB, FakeNvml, a100_mig, h100
-from fake_sysfs import build_sysfs
 
-from producers.agent import AgentMetrics, AgentSettings, build_agent, collectors_for
-from producers.agent.amd import AmdCollector
-from producers.agent.exceptions import CollectorUnavailable
-from producers.agent.nvidia import NvidiaCollector
-from producers.agent.rdma import RdmaCollector
+from gpulens.producers.agent import AgentMetrics, AgentSettings, build_agent, collectors_for
+from gpulens.producers.agent.amd import AmdCollector
+from gpulens.producers.agent.exceptions import CollectorUnavailable
+from gpulens.producers.agent.nvidia import NvidiaCollector
+from gpulens.producers.agent.rdma import RdmaCollector
+from gpulens.testing.fake_amdsmi import GIB, STATUS_DRIVER_NOT_LOADED, FakeAmdSmi, mi250x, mi300x
+from gpulens.testing.fake_nvml import MIB, FakeNvml, a100_mig, h100
+from gpulens.testing.fake_sysfs import build_sysfs
 
 
 def test_amd_collector_on_mi300x_and_mi250x():
@@ -135,7 +135,7 @@ def test_missing_libraries_switch_collectors_off_and_rdma_keeps_working(
         collectors=collectors_for(settings),
         metrics=metrics,
     )
-    with caplog.at_level(logging.INFO, logger="producers.agent"):
+    with caplog.at_level(logging.INFO, logger="gpulens.producers.agent"):
         agent.start()
         agent.tick()
         agent.close()

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fake_amdsmi import mi300x
-from fake_kubelet import serving
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.platform import free_port
-from producers.agent import AgentSettings
-from schemas.gpu_metrics import GPU_LABELS, POD_LABELS
+from gpulens.producers.agent import AgentSettings
+from gpulens.schemas.model.gpu_metrics import GPU_LABELS, POD_LABELS
+from gpulens.testing.fake_amdsmi import mi300x
+from gpulens.testing.fake_kubelet import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = [mi300x(i) for i in range(8)]  # what bench.agent_with_fakes gives the agent

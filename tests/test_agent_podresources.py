@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fake_kubelet import Kubelet, serving
 
-from producers.agent import AgentSettings, NodeIdentity
-from producers.agent.events import ContainerTracker
-from producers.agent.podresources import PodResourcesCollector
-from schemas.models import ChangeType, DeviceKind
+from gpulens.producers.agent import AgentSettings, NodeIdentity
+from gpulens.producers.agent.events import ContainerTracker
+from gpulens.producers.agent.podresources import PodResourcesCollector
+from gpulens.schemas.model.models import ChangeType, DeviceKind
+from gpulens.testing.fake_kubelet import Kubelet, serving
 
 
 @pytest.fixture

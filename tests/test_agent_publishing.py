@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
-from fake_amdsmi import FakeAmdSmi, mi300x
-from fake_kubelet import Kubelet, serving
 
+from gpulens.infra.broker import noida_argv
+from gpulens.infra.launching import ServiceManager, ServiceSpec
 from gpulens.platform import free_port
-from infra.broker import noida_argv
-from infra.launching import ServiceManager, ServiceSpec
-from producers.agent import AgentMetrics, AgentSettings, NodeAgent, build_agent
-from producers.agent.amd import AmdCollector
-from producers.agent.collecting import BaseCollector
-from producers.agent.podresources import PodResourcesCollector
-from producers.agent.spooling import Spool
-from schemas.codec import AvroCodec
-from schemas.settings import KafkaSettings
-from schemas.topic_admin import create_topics
-from schemas.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, TopicSpec, entity_key
+from gpulens.producers.agent import AgentMetrics, AgentSettings, NodeAgent, build_agent
+from gpulens.producers.agent.amd import AmdCollector
+from gpulens.producers.agent.collecting import BaseCollector
+from gpulens.producers.agent.podresources import PodResourcesCollector
+from gpulens.producers.agent.spooling import Spool
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, TopicSpec, entity_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.fake_amdsmi import FakeAmdSmi, mi300x
+from gpulens.testing.fake_kubelet import Kubelet, serving
 
 T0 = datetime(2026, 11, 3, 12, 0, tzinfo=UTC)
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alert_oracle import SAMPLES, idle_alerts_from_csv
 
-from pipeline.alerting import AlertDetector, AlertRules
-from pipeline.device_changes import diff
-from producers.replay import genai_duty
-from schemas.examples import example_events
-from schemas.models import Alert, AlertState, ChangeType, DeviceKind
-from schemas.topics import DEVICE_INVENTORY, NODES, PODS
+from gpulens.pipeline.alerting import AlertDetector, AlertRules
+from gpulens.pipeline.device_changes import diff
+from gpulens.producers.replay import genai_duty
+from gpulens.schemas.model.models import Alert, AlertState, ChangeType, DeviceKind
+from gpulens.schemas.model.topics import DEVICE_INVENTORY, NODES, PODS
+from gpulens.testing.examples import example_events
 
 
 def test_gpu_idle_opens_and_resolves_exactly_as_the_csv_says() -> None:

@@ -8,14 +8,14 @@ import pytest
 from allocation_oracle import expected_rows
 from pod_events import leaving_at_a_window_start
 
-from pipeline.allocation import AllocationAggregator
-from pipeline.exceptions import LateEvent
-from pipeline.windows import TumblingWindows, to_ms
-from producers.replay import alibaba_v2023
-from producers.replay.locating import traces_dir
-from schemas.examples import example_events
-from schemas.models import ClusterGpuAllocation, NodeGpuAllocation
-from schemas.topics import PODS
+from gpulens.pipeline.allocation import AllocationAggregator
+from gpulens.pipeline.exceptions import LateEvent
+from gpulens.pipeline.windows import TumblingWindows, to_ms
+from gpulens.producers.replay import alibaba_v2023
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.model.models import ClusterGpuAllocation, NodeGpuAllocation
+from gpulens.schemas.model.topics import PODS
+from gpulens.testing.examples import example_events
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)

@@ -18,11 +18,11 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 from sink_support import GPUS, SinkThread, produce_batches, sample_batches, wait_for
 
-from schemas.consuming import DecodingConsumer
-from schemas.examples import example_events
-from schemas.models import PodEvent
-from schemas.topic_admin import create_topics
-from schemas.topics import GPU_SAMPLES, PODS, TopicSpec
+from gpulens.schemas.kafka.consuming import DecodingConsumer
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import PodEvent
+from gpulens.schemas.model.topics import GPU_SAMPLES, PODS, TopicSpec
+from gpulens.testing.examples import example_events
 
 
 def _resets(group: str, topic: str, to: str) -> float:

@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alert_oracle import SAMPLES
 
-from pipeline.alerting import AlertRules
-from pipeline.checkpointing import decode_key, encode_key
-from pipeline.operators import (
+from gpulens.pipeline.alerting import AlertRules
+from gpulens.pipeline.checkpointing import decode_key, encode_key
+from gpulens.pipeline.operators import (
     AlertOperator,
     AllocationOperator,
     DeviceChangelogOperator,
@@ -28,12 +28,12 @@ from pipeline.operators import (
     StateOperator,
     WorkloadUsageOperator,
 )
-from pipeline.positions import InputPositions
-from pipeline.windows import TumblingWindows
-from producers.replay import alibaba_v2023, genai_duty
-from producers.replay.locating import traces_dir
-from producers.simulate import ClusterSimulation, SimulationSpec
-from schemas.models import ChangeType, Event, PodEvent
+from gpulens.pipeline.positions import InputPositions
+from gpulens.pipeline.windows import TumblingWindows
+from gpulens.producers.replay import alibaba_v2023, genai_duty
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
+from gpulens.schemas.model.models import ChangeType, Event, PodEvent
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 CYCLE = 250

@@ -24,10 +24,10 @@ import pytest
 import sqlalchemy as sa
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.migrating import migrate
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.migrating import migrate
+from gpulens.infra.launching import port_open
 from gpulens.platform import free_port
-from infra.launching import port_open
 
 INSERTS = 40
 

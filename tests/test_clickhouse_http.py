@@ -22,9 +22,9 @@ import pytest
 import zstandard
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.infra.launching import port_open
 from gpulens.platform import free_port
-from infra.launching import port_open
 
 ROWS = 1_000_000
 

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alert_oracle import SAMPLES
 
-from pipeline.allocation import AllocationAggregator
-from pipeline.windows import TumblingWindows
-from producers.replay import genai_duty
-from schemas.examples import example_events
-from schemas.models import ClusterOverview
-from schemas.topics import GPU_SAMPLES, NODES, PODS
+from gpulens.pipeline.allocation import AllocationAggregator
+from gpulens.pipeline.windows import TumblingWindows
+from gpulens.producers.replay import genai_duty
+from gpulens.schemas.model.models import ClusterOverview
+from gpulens.schemas.model.topics import GPU_SAMPLES, NODES, PODS
+from gpulens.testing.examples import example_events
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ worker's queued records on partitions whose sequence was in step, opening a tran
 no coordinator state for, the worker died of the out-of-sequence batches on the others, and
 that transaction stayed open (the sink read 1,177 of 4,338 offsets of the allocation topic,
 ClickHouse stopped at 838 of the trace's windows). The worker now aborts such transactions
-(:mod:`pipeline.hanging_transactions`).
+(:mod:`gpulens.pipeline.hanging_transactions`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from confluent_kafka import Consumer, TopicPartition
 from hostile_support import metric, wait
 from worker_support import PODS_CSV, gpulens, replay
 
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.migrating import migrate
 from gpulens.config import GPULensSettings
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.migrating import migrate
+from gpulens.infra.launching import ServiceManager, ServiceSpec, State
+from gpulens.infra.supervising import Supervisor
 from gpulens.main_job import EXPORTER, SINK, WORKER, pipeline_specs
 from gpulens.platform import BROKER, free_port, manager, service_specs
-from infra.launching import ServiceManager, ServiceSpec, State
-from infra.supervising import Supervisor
-from schemas.topics import DLQ
+from gpulens.schemas.model.topics import DLQ
 
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 SPEED = "200000"

@@ -22,13 +22,13 @@ import fastavro
 import pytest
 from avro_damage import damaged
 
-from schemas.avro_schema import committed
-from schemas.codec import AvroCodec
-from schemas.compiled_reader import NotCompiled, compile_reader
-from schemas.examples import example_events
-from schemas.exceptions import DecodeError, DecodeFailure
-from schemas.models import EARLIEST, LATEST, GpuSampleBatch, PodEvent, Record
-from schemas.topics import CATALOG, GPU_SAMPLES, PODS
+from gpulens.schemas.model.avro_schema import committed
+from gpulens.schemas.model.exceptions import DecodeError, DecodeFailure
+from gpulens.schemas.model.models import EARLIEST, LATEST, GpuSampleBatch, PodEvent, Record
+from gpulens.schemas.model.topics import CATALOG, GPU_SAMPLES, PODS
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.compiled_reader import NotCompiled, compile_reader
+from gpulens.testing.examples import example_events
 
 MODELS = sorted({spec.record for spec in CATALOG}, key=lambda model: model.__name__)
 _TEXT = string.ascii_letters + string.digits + "-_./:"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.config import load_settings
-from schemas.exceptions import ConfigError
+from gpulens.schemas.model.exceptions import ConfigError
 
 
 @pytest.fixture(autouse=True)

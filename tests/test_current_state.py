@@ -7,11 +7,11 @@ from confluent_kafka import Producer
 from pod_events import pod
 
 from gpulens.current_state import clusters_now, read_newest
-from pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
-from schemas.codec import AvroCodec
-from schemas.models import ChangeType, Record, WorkloadStatus
-from schemas.settings import KafkaSettings
-from schemas.topics import STATE_PODS, record_key
+from gpulens.pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.model.models import ChangeType, Record, WorkloadStatus
+from gpulens.schemas.model.topics import STATE_PODS, record_key
+from gpulens.schemas.wire.codec import AvroCodec
 
 
 def publish(kafka: KafkaSettings, codec: AvroCodec, rows: list[Record | Tombstone]) -> None:

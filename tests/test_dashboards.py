@@ -11,13 +11,13 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from consumers.prometheus.collecting import StateCollector
-from consumers.prometheus.health import ConsumerHealth
-from consumers.prometheus.state import LatestState
-from schemas.dead_letters import DEAD_LETTERS
+from gpulens.consumers.prometheus.collecting import StateCollector
+from gpulens.consumers.prometheus.health import ConsumerHealth
+from gpulens.consumers.prometheus.state import LatestState
+from gpulens.schemas.kafka.dead_letters import DEAD_LETTERS
 
-INFRA = Path(__file__).resolve().parent.parent / "infra"
-DASHBOARD = INFRA / "grafana" / "dashboards" / "gpulens-cluster-overview.json"
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "gpulens-cluster-overview.json"
 METRIC = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*[{\[]")
 
 
@@ -58,7 +58,7 @@ def test_the_dashboard_uses_only_served_metrics(served: set[str]) -> None:
 
 
 def test_the_rules_use_only_served_metrics(served: set[str]) -> None:
-    rules = yaml.safe_load((INFRA / "prometheus" / "rules.yml").read_text())
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
     used = {
         name for group in rules["groups"] for rule in group["rules"] for name in METRIC.findall(rule["expr"])
     }

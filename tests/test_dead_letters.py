@@ -10,14 +10,14 @@ import fastavro
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from schemas.avro_schema import committed
-from schemas.codec import AvroCodec
-from schemas.consuming import DecodingConsumer
-from schemas.examples import example_events
-from schemas.exceptions import DecodeFailure
-from schemas.models import DeadLetter, PodEvent
-from schemas.topic_admin import create_topics
-from schemas.topics import DLQ, PODS, TopicSpec
+from gpulens.schemas.kafka.consuming import DecodingConsumer
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.avro_schema import committed
+from gpulens.schemas.model.exceptions import DecodeFailure
+from gpulens.schemas.model.models import DeadLetter, PodEvent
+from gpulens.schemas.model.topics import DLQ, PODS, TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 
 @pytest.fixture

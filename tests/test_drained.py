@@ -19,9 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gpulens.cli import LAG_UNKNOWN, NOT_DRAINED
 from gpulens.config import GPULensSettings
 from gpulens.draining import pipeline_groups
-from schemas.consuming import LagMonitor
-from schemas.lag import RecordLag
-from schemas.topics import CLUSTER_ALLOCATION, WORKLOAD_USAGE
+from gpulens.schemas.kafka.consuming import LagMonitor
+from gpulens.schemas.kafka.lag import RecordLag
+from gpulens.schemas.model.topics import CLUSTER_ALLOCATION, WORKLOAD_USAGE
 
 PARTITIONS = 2
 

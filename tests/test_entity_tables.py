@@ -25,10 +25,9 @@ from pod_events import DEPLOYMENT, REPLICASET, T0, at, pod
 
 from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import (
+from gpulens.producers.publishing import EventPublisher
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import (
     ChangeType,
     ContainerEvent,
     DeadLetter,
@@ -42,8 +41,7 @@ from schemas.models import (
     WorkloadState,
     WorkloadStatus,
 )
-from schemas.topic_admin import create_topics
-from schemas.topics import (
+from gpulens.schemas.model.topics import (
     CONTAINERS,
     DEVICE_CHANGELOG,
     DEVICE_INVENTORY,
@@ -58,6 +56,8 @@ from schemas.topics import (
     WORKLOADS,
     TopicSpec,
 )
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 JOB = OwnerReference(kind="Job", api_version="batch/v1", name="train", uid="job-9")
 ACTIVE = {"Pending", "Running"}

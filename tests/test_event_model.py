@@ -11,9 +11,8 @@ import fastavro
 import pytest
 from pydantic import ValidationError
 
-from schemas.avro_schema import committed, derive, render, schema_path
-from schemas.examples import example_events
-from schemas.models import (
+from gpulens.schemas.model.avro_schema import committed, derive, render, schema_path
+from gpulens.schemas.model.models import (
     EARLIEST,
     EVENT_TYPES,
     LATEST,
@@ -24,7 +23,8 @@ from schemas.models import (
     PodEvent,
     Record,
 )
-from schemas.topics import CATALOG, GPU_SAMPLES, PODS
+from gpulens.schemas.model.topics import CATALOG, GPU_SAMPLES, PODS
+from gpulens.testing.examples import example_events
 
 ALL_RECORDS: tuple[type[Record], ...] = tuple(spec.record for spec in CATALOG)
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.event_time import CLOCK_SKEW_MS, DAY_MS, UNBOUNDED, EventClocks, EventTimeBounds
+from gpulens.pipeline.event_time import CLOCK_SKEW_MS, DAY_MS, UNBOUNDED, EventClocks, EventTimeBounds
 
 NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0

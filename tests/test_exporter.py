@@ -25,9 +25,9 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.prometheus import EXPORTED_TOPICS, PER_GPU_TOPICS, Exporter, ExporterSettings
-from schemas.codec import AvroCodec
-from schemas.models import (
+from gpulens.consumers.prometheus import EXPORTED_TOPICS, PER_GPU_TOPICS, Exporter, ExporterSettings
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import (
     Alert,
     AlertState,
     ClusterGpuAllocation,
@@ -37,8 +37,7 @@ from schemas.models import (
     Record,
     WorkloadGpuUsage,
 )
-from schemas.topic_admin import create_topics
-from schemas.topics import (
+from gpulens.schemas.model.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
     GPU_SAMPLES,
@@ -48,6 +47,7 @@ from schemas.topics import (
     TopicSpec,
     record_key,
 )
+from gpulens.schemas.wire.codec import AvroCodec
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 WINDOW = timedelta(seconds=30)

@@ -39,13 +39,13 @@ from test_exporter import (
     workload_series,
 )
 
-from consumers.prometheus import PER_GPU_TOPICS, Exporter, ExporterSettings
-from consumers.prometheus.checkpointing import state_log_topic
+from gpulens.consumers.prometheus import PER_GPU_TOPICS, Exporter, ExporterSettings
+from gpulens.consumers.prometheus.checkpointing import state_log_topic
 from gpulens.platform import free_port
-from schemas.models import Alert, AlertState, Record
-from schemas.state_log import StateLog
-from schemas.topic_admin import create_topics, topic_partitions
-from schemas.topics import (
+from gpulens.schemas.kafka.state_log import StateLog
+from gpulens.schemas.kafka.topic_admin import create_topics, topic_partitions
+from gpulens.schemas.model.models import Alert, AlertState, Record
+from gpulens.schemas.model.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
     NODE_ALLOCATION,

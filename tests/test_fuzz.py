@@ -22,16 +22,24 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from hostile_support import DeadLetterReader, metric, peak_rss_mb, start, wait
 from trace_slices import head_of
 
-from consumers.clickhouse.client import get_client
-from consumers.prometheus.exporting import EXPORTED_TOPICS
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.prometheus.exporting import EXPORTED_TOPICS
 from gpulens.platform import free_port
-from producers.replay.locating import traces_dir
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.exceptions import DecodeFailure
-from schemas.models import Alert, AlertState, Event, GpuSampleBatch, NodeEvent, PodEvent
-from schemas.producing import produce_with_backpressure
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.kafka.producing import produce_with_backpressure
+from gpulens.schemas.model.exceptions import DecodeFailure
+from gpulens.schemas.model.models import Alert, AlertState, Event, GpuSampleBatch, NodeEvent, PodEvent
+from gpulens.schemas.model.topics import (
+    ALERTS,
+    CLUSTER_ALLOCATION,
+    GPU_SAMPLES,
+    NODES,
+    PODS,
+    TopicSpec,
+    record_key,
+)
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 JUNK_TOPICS = (PODS, NODES, GPU_SAMPLES, ALERTS)
 """The worker's inputs, and one of the exporter's (it reads the worker's outputs, not samples)."""

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from fake_amdsmi import FakeAmdSmi, mi300x
-from gateway_support import TOKEN, event_ids, gateway_settings, private_topic, storage_event
 from test_agent_publishing import read_topic
 
+from gpulens.infra.broker import noida_argv
+from gpulens.infra.launching import ServiceManager, ServiceSpec
 from gpulens.platform import free_port
-from infra.broker import noida_argv
-from infra.launching import ServiceManager, ServiceSpec
-from producers.agent import AgentSettings, build_agent
-from producers.agent.amd import AmdCollector
-from producers.gateway import (
+from gpulens.producers.agent import AgentSettings, build_agent
+from gpulens.producers.agent.amd import AmdCollector
+from gpulens.producers.gateway import (
     BATCH_ID_METADATA,
     Gateway,
     GatewayClientSettings,
@@ -27,14 +25,16 @@ from producers.gateway import (
     GatewaySettings,
     running_gateway,
 )
-from producers.publishing import PublishError
-from protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import PodEvent
-from schemas.settings import KafkaSettings
-from schemas.topic_admin import create_topics
-from schemas.topics import CATALOG, DLQ, GPU_SAMPLES, PODS, TopicSpec, entity_key, record_key
+from gpulens.producers.publishing import PublishError
+from gpulens.protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import PodEvent
+from gpulens.schemas.model.topics import CATALOG, DLQ, GPU_SAMPLES, PODS, TopicSpec, entity_key, record_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
+from gpulens.testing.fake_amdsmi import FakeAmdSmi, mi300x
+from gpulens.testing.gateway_support import TOKEN, event_ids, gateway_settings, private_topic, storage_event
 
 
 def batch(codec: AvroCodec, topic: TopicSpec, batch_id: str, count: int) -> ingest_pb2.EventBatch:

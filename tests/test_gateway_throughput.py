@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from gateway_support import TOKEN, event_ids, gateway_settings, private_topic, storage_values
-
-from producers.gateway import Gateway, GatewayClientSettings, GatewayPublisher, running_gateway
-from schemas.codec import AvroCodec
-from schemas.models import StorageEvent
-from schemas.topics import TopicSpec, record_key
+from gpulens.producers.gateway import Gateway, GatewayClientSettings, GatewayPublisher, running_gateway
+from gpulens.schemas.model.models import StorageEvent
+from gpulens.schemas.model.topics import TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.gateway_support import TOKEN, event_ids, gateway_settings, private_topic, storage_values
 
 AGENTS = 4
 EVENTS_PER_AGENT = 50_000  # 1,000,000 in all took 130 s here: bench/gateway_throughput.py runs that

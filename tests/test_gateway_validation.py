@@ -16,17 +16,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from avro_damage import damaged
 
-from producers.gateway.exceptions import InvalidBatch, RejectReason
-from producers.gateway.validating import BatchValidator, compile_shape
-from protos.gateway.v1 import ingest_pb2
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.exceptions import DecodeError
-from schemas.models import EARLIEST, LATEST, Record
-from schemas.topics import GPU_SAMPLES, NODES, PODS, STORAGE, TopicSpec, record_key
+from gpulens.producers.gateway.exceptions import InvalidBatch, RejectReason
+from gpulens.producers.gateway.validating import BatchValidator, compile_shape
+from gpulens.protos.gateway.v1 import ingest_pb2
+from gpulens.schemas.model.exceptions import DecodeError
+from gpulens.schemas.model.models import EARLIEST, LATEST, Record
+from gpulens.schemas.model.topics import GPU_SAMPLES, NODES, PODS, STORAGE, TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 TOPICS = list(example_events())
-"""The topics agents and watchers send: every one schemas.examples has a record for."""
+"""The topics agents and watchers send: every one gpulens.testing.examples has a record for."""
 
 
 def encoded(codec: AvroCodec, spec: TopicSpec) -> tuple[bytes, bytes]:

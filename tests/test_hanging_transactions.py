@@ -7,7 +7,7 @@ partition 1 (its sequence there is in step), which opens a transaction it has no
 state for, and fails the batch on partition 0 for good (out of sequence): the producer is dead
 and partition 1's last stable offset stays put, hiding everything after it from read_committed
 readers. The broker does not abort it by itself, nor when a producer of the same transactional
-id calls init_transactions; :mod:`pipeline.hanging_transactions` does.
+id calls init_transactions; :mod:`gpulens.pipeline.hanging_transactions` does.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from hostile_support import wait
 
+from gpulens.infra.broker import noida_argv
+from gpulens.infra.launching import ServiceManager, ServiceSpec, State
+from gpulens.pipeline.hanging_transactions import HangingTransactionReaper, StableOffsets
 from gpulens.platform import free_port
-from infra.broker import noida_argv
-from infra.launching import ServiceManager, ServiceSpec, State
-from pipeline.hanging_transactions import HangingTransactionReaper, StableOffsets
-from schemas.settings import KafkaSettings
+from gpulens.schemas.kafka.settings import KafkaSettings
 
 TOPIC = "hanging"
 

@@ -20,16 +20,16 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from hostile_support import DeadLetterReader, metric, start, wait
 
-from consumers.clickhouse.client import get_client
 from gpulens.config import GPULensSettings
+from gpulens.consumers.clickhouse.client import get_client
 from gpulens.platform import BROKER, free_port, manager
-from schemas.codec import AvroCodec, registry_client
-from schemas.dead_letters import MAX_ORIGINAL_BYTES
-from schemas.examples import example_events
-from schemas.exceptions import DecodeFailure
-from schemas.producing import produce_with_backpressure
-from schemas.topic_admin import TopicAdminError, create_topics
-from schemas.topics import NODES, PODS, TopicSpec, record_key
+from gpulens.schemas.kafka.dead_letters import MAX_ORIGINAL_BYTES
+from gpulens.schemas.kafka.producing import produce_with_backpressure
+from gpulens.schemas.kafka.topic_admin import TopicAdminError, create_topics
+from gpulens.schemas.model.exceptions import DecodeFailure
+from gpulens.schemas.model.topics import NODES, PODS, TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 GARBAGE = 20_000
 """A burst of garbage on one topic (tests/test_fuzz.py pours 200,000 on three, with a replay)."""

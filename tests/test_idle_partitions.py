@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import GPULensSettings
-from schemas.consuming import IdlePartitions
+from gpulens.schemas.kafka.consuming import IdlePartitions
 
 PARTITIONS = 4
 

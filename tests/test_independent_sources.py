@@ -25,11 +25,11 @@ from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
 from trace_slices import head_of
 
-from producers.replay import genai_duty
-from producers.replay.locating import traces_dir
-from schemas.codec import AvroCodec
-from schemas.models import Alert, ClusterGpuAllocation, DeadLetter
-from schemas.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES
+from gpulens.producers.replay import genai_duty
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.model.models import Alert, ClusterGpuAllocation, DeadLetter
+from gpulens.schemas.model.topics import ALERTS, CLUSTER_ALLOCATION, DLQ, GPU_SAMPLES
+from gpulens.schemas.wire.codec import AvroCodec
 
 PODS_CSV = traces_dir() / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)

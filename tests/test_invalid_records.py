@@ -13,14 +13,14 @@ import pytest
 from confluent_kafka import Producer
 from sink_support import SinkThread, dead_letters
 
-from consumers.clickhouse.duplicates import DuplicateGuard
-from pipeline.operators import StateOperator
-from pipeline.running import StreamWorker, WorkerOptions
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import Record
-from schemas.sharding import Shard
-from schemas.topics import GPU_SAMPLES, NODES, PODS, TopicSpec, entity_key, record_key
+from gpulens.consumers.clickhouse.duplicates import DuplicateGuard
+from gpulens.pipeline.operators import StateOperator
+from gpulens.pipeline.running import StreamWorker, WorkerOptions
+from gpulens.schemas.kafka.sharding import Shard
+from gpulens.schemas.model.models import Record
+from gpulens.schemas.model.topics import GPU_SAMPLES, NODES, PODS, TopicSpec, entity_key, record_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The Kubernetes manifests in ``infra/k8s/`` against the code they run.
+"""The Kubernetes manifests in ``deploy/k8s/`` against the code they run.
 
 Every document is read as the official ``kubernetes`` client model of its kind, and must come
 back unchanged from it (a misspelt or misplaced field is dropped by the model, so the round
@@ -32,9 +32,9 @@ from pydantic import BaseModel
 
 from gpulens.cli import cli
 from gpulens.config import ENV_PREFIX, GPULensSettings, load_settings
-from producers.kubernetes.resources import BUILTIN_WORKLOADS, NODES, PODS
+from gpulens.producers.kubernetes.resources import BUILTIN_WORKLOADS, NODES, PODS
 
-K8S_DIR = Path(__file__).resolve().parent.parent / "infra" / "k8s"
+K8S_DIR = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 KUSTOMIZATION = "kustomization.yaml"
 NAMESPACE = "gpulens"
 CONFIG_MAP = "gpulens-config"

@@ -7,12 +7,12 @@ from decimal import Decimal
 
 import pytest
 
-from producers.kubernetes.gpus import GpuCatalog
-from producers.kubernetes.quantities import milli, parse_quantity, whole
-from producers.kubernetes.resources import BUILTIN_WORKLOADS, ResourceKind, Role
-from producers.kubernetes.settings import WatcherSettings
-from producers.kubernetes.translating import Translator, owner_chain
-from schemas.models import ChangeType, OwnerReference, WorkloadStatus
+from gpulens.producers.kubernetes.gpus import GpuCatalog
+from gpulens.producers.kubernetes.quantities import milli, parse_quantity, whole
+from gpulens.producers.kubernetes.resources import BUILTIN_WORKLOADS, ResourceKind, Role
+from gpulens.producers.kubernetes.settings import WatcherSettings
+from gpulens.producers.kubernetes.translating import Translator, owner_chain
+from gpulens.schemas.model.models import ChangeType, OwnerReference, WorkloadStatus
 
 AT = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 WORKLOADS = {r.kind: r for r in BUILTIN_WORKLOADS}

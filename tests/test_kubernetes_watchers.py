@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from fake_kube import FakeKube
 from kubernetes.client import Configuration
 
 from gpulens.config import GPULensSettings
-from producers.kubernetes import (
+from gpulens.producers.kubernetes import (
     CustomWorkloadKind,
     GpuCatalog,
     KubeApi,
@@ -31,10 +30,11 @@ from producers.kubernetes import (
     WatcherSettings,
     read_published,
 )
-from producers.kubernetes.resources import TOPICS
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec
-from schemas.models import ChangeType, Event, NodeEvent, PodEvent, WorkloadEvent
+from gpulens.producers.kubernetes.resources import TOPICS
+from gpulens.producers.publishing import EventPublisher
+from gpulens.schemas.model.models import ChangeType, Event, NodeEvent, PodEvent, WorkloadEvent
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.fake_kube import FakeKube
 
 PYTORCHJOB = CustomWorkloadKind(group="kubeflow.org", version="v1", plural="pytorchjobs", kind="PyTorchJob")
 TIMEOUT = 20.0

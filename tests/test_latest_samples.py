@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from test_exporter import sample_batch
 
-from schemas.models import GpuSampleBatch, Watermark
-from schemas.topics import GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
+from gpulens.schemas.model.models import GpuSampleBatch, Watermark
+from gpulens.schemas.model.topics import GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
 
 EVERY_S = 10
 T0 = datetime(2024, 5, 1, tzinfo=UTC)  # sample_batch's epoch

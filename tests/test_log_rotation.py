@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from gpulens.config import GPULensSettings
+from gpulens.infra.launching import ServiceManager, ServiceSpec
+from gpulens.infra.log_writing import LogRotation
 from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, manager
-from infra.launching import ServiceManager, ServiceSpec
-from infra.log_writing import LogRotation
 
 LINES = 50_000
 CHATTY = f"""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
+from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 
 A, B = ("pods", 0), ("pods", 1)
 

@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import load_settings
+from gpulens.infra.launching import LaunchError, ServiceManager, ServiceSpec, State
 from gpulens.platform import write_private_config
-from infra.launching import LaunchError, ServiceManager, ServiceSpec, State
 
 GPULENS = [sys.executable, "-m", "gpulens"]
 

@@ -22,12 +22,12 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from gpulens.config import GPULensSettings
+from gpulens.infra.launching import State
 from gpulens.platform import BROKER, manager, private_platform, service_specs
-from infra.launching import State
-from producers.simulate.simulating import ClusterSimulation
-from producers.simulate.specs import SimulationSpec
-from schemas.topic_admin import create_topics
-from schemas.topics import CATALOG, GPU_SAMPLES, WATERMARKS
+from gpulens.producers.simulate.simulating import ClusterSimulation
+from gpulens.producers.simulate.specs import SimulationSpec
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.topics import CATALOG, GPU_SAMPLES, WATERMARKS
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

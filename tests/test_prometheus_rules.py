@@ -1,7 +1,7 @@
-"""The alert rules of infra/prometheus pass `promtool check rules` and their unit tests.
+"""The alert rules of deploy/prometheus pass `promtool check rules` and their unit tests.
 
 promtool comes from Debian's prometheus package, unpacked into .tools/ by
-infra/prometheus/install_promtool.sh (no server is installed or started): the ``promtool``
+deploy/prometheus/install_promtool.sh (no server is installed or started): the ``promtool``
 fixture of conftest.py.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "infra" / "prometheus"
+RULES = ROOT / "deploy" / "prometheus"
 
 
 def _assert_promtool_succeeds(promtool: Path, cwd: Path, *args: str) -> None:
@@ -54,7 +54,7 @@ def test_the_agents_job_keeps_every_agent_pods_metrics_port_with_its_own_labels(
     keep = next(r for r in job["relabel_configs"] if r["action"] == "keep")
     daemonsets = [
         d
-        for d in yaml.safe_load_all((ROOT / "infra" / "k8s" / "agent.yaml").read_text())
+        for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "agent.yaml").read_text())
         if d["kind"] == "DaemonSet"
     ]
     assert len(daemonsets) == 2

@@ -20,13 +20,13 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from gpulens.platform import REGISTRY, service_specs
-from schemas.avro_schema import committed
-from schemas.codec import AvroCodec, register, registry_client
-from schemas.examples import example_events
-from schemas.exceptions import IncompatibleSchemaError
-from schemas.models import PodEvent
-from schemas.topic_admin import create_topics
-from schemas.topics import PODS, TopicSpec
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.avro_schema import committed
+from gpulens.schemas.model.exceptions import IncompatibleSchemaError
+from gpulens.schemas.model.models import PodEvent
+from gpulens.schemas.model.topics import PODS, TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec, register, registry_client
+from gpulens.testing.examples import example_events
 
 
 def _topic(platform, name: str, record=PodEvent) -> TopicSpec:

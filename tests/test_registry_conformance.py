@@ -21,8 +21,8 @@ from schema_registry.client import SchemaRegistryClient
 from schema_registry.client.errors import ClientError
 
 from gpulens.config import GPULensSettings
+from gpulens.infra.registry import SchemaStore, build_app
 from gpulens.platform import REGISTRY, manager, service_specs
-from schemas.registry import SchemaStore, build_app
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 

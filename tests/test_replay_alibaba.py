@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from producers.replay import alibaba_v2023
-from producers.replay.binding import BestFitBinder
-from producers.replay.exceptions import TraceError
-from producers.replay.locating import traces_dir
-from schemas.codec import AvroCodec
-from schemas.models import ChangeType, NodeEvent, PodEvent
-from schemas.topics import NODES, PODS
+from gpulens.producers.replay import alibaba_v2023
+from gpulens.producers.replay.binding import BestFitBinder
+from gpulens.producers.replay.exceptions import TraceError
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.model.models import ChangeType, NodeEvent, PodEvent
+from gpulens.schemas.model.topics import NODES, PODS
+from gpulens.schemas.wire.codec import AvroCodec
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 NODES_CSV = TRACE / "openb_node_list_gpu_node.csv"

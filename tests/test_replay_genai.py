@@ -5,9 +5,16 @@ from __future__ import annotations
 import csv
 from collections import Counter
 
-from producers.replay import genai_duty
-from producers.replay.locating import traces_dir
-from schemas.models import ContainerEvent, DeviceInventory, GpuSampleBatch, NodeEvent, PodEvent, Watermark
+from gpulens.producers.replay import genai_duty
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.model.models import (
+    ContainerEvent,
+    DeviceInventory,
+    GpuSampleBatch,
+    NodeEvent,
+    PodEvent,
+    Watermark,
+)
 
 SAMPLES = traces_dir() / "alibaba-genai-2026" / "pod_gpu_duty_cycle_48pods.csv"
 

@@ -20,11 +20,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import GPULensSettings
 from gpulens.draining import pipeline_groups
+from gpulens.infra.retaining import Retainer, RetentionPolicy
 from gpulens.main_job import RETENTION, pipeline_specs
-from infra.retaining import Retainer, RetentionPolicy
-from pipeline.running import WorkerOptions
-from schemas.models import PodEvent
-from schemas.topics import DAY_MS, GPU_SAMPLES, TopicSpec
+from gpulens.pipeline.running import WorkerOptions
+from gpulens.schemas.model.models import PodEvent
+from gpulens.schemas.model.topics import DAY_MS, GPU_SAMPLES, TopicSpec
 
 PARTITIONS = 2
 OLD, NEW = 10, 10

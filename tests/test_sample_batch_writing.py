@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from producers.simulate import ChurnRates, ClusterSimulation, SimulationSpec
-from producers.simulate.batch_writing import SampleBatchWriter, avro_long
-from producers.simulate.rounds import SampleRound
-from producers.simulate.specs import SOURCE, to_ms
-from schemas.codec import AvroCodec
-from schemas.ids import event_id, event_ids_after
-from schemas.topics import GPU_SAMPLES, record_key
+from gpulens.producers.simulate import ChurnRates, ClusterSimulation, SimulationSpec
+from gpulens.producers.simulate.batch_writing import SampleBatchWriter, avro_long
+from gpulens.producers.simulate.rounds import SampleRound
+from gpulens.producers.simulate.specs import SOURCE, to_ms
+from gpulens.schemas.model.ids import event_id, event_ids_after
+from gpulens.schemas.model.topics import GPU_SAMPLES, record_key
+from gpulens.schemas.wire.codec import AvroCodec
 
 INTS = ("memory_used_bytes", "memory_total_bytes", "ecc_correctable", "ecc_uncorrectable")
 FLOATS = (

@@ -17,8 +17,8 @@ from typing import Any
 from avro_damage import damaged
 from test_compiled_reader import RandomRecords, exact
 
-from pipeline.alerting import AlertRules
-from pipeline.operators import (
+from gpulens.pipeline.alerting import AlertRules
+from gpulens.pipeline.operators import (
     INPUT_ORDER,
     AlertOperator,
     AllocationOperator,
@@ -27,14 +27,14 @@ from pipeline.operators import (
     Operator,
     WorkloadUsageOperator,
 )
-from pipeline.windows import TumblingWindows
-from producers.simulate import ClusterSimulation, SimulationSpec
-from schemas.avro_schema import committed
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import Alert, Event, GpuSampleBatch
-from schemas.sample_columns import SMALLEST, NativeSampleDecoder, SampleColumns, readings
-from schemas.topics import GPU_SAMPLES, PODS
+from gpulens.pipeline.windows import TumblingWindows
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
+from gpulens.schemas.model.avro_schema import committed
+from gpulens.schemas.model.models import Alert, Event, GpuSampleBatch
+from gpulens.schemas.model.topics import GPU_SAMPLES, PODS
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.sample_columns import SMALLEST, NativeSampleDecoder, SampleColumns, readings
+from gpulens.testing.examples import example_events
 
 TOPIC_OF = {spec.record: spec for spec in INPUT_ORDER}
 

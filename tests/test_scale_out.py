@@ -19,8 +19,8 @@ from sink_support import (
     wait_for,
 )
 
-from schemas.sharding import Shard
-from schemas.topics import GPU_SAMPLES
+from gpulens.schemas.kafka.sharding import Shard
+from gpulens.schemas.model.topics import GPU_SAMPLES
 
 LOAD = 30_000
 """GpuSampleBatch records (x 8 GPUs = 240,000 sample rows), keyed by 64 nodes over 6 partitions."""

@@ -24,16 +24,15 @@ from confluent_kafka import Consumer, TopicPartition
 
 from gpulens.cli import cli
 from gpulens.config import GPULensSettings
-from producers.publishing import BasePublisher
-from producers.simulate import (
+from gpulens.producers.publishing import BasePublisher
+from gpulens.producers.simulate import (
     ChurnRates,
     ClusterSimulation,
     SimulationError,
     SimulationSpec,
     publish_simulation,
 )
-from schemas.codec import AvroCodec
-from schemas.models import (
+from gpulens.schemas.model.models import (
     ChangeType,
     ContainerEvent,
     DeviceInventory,
@@ -44,7 +43,7 @@ from schemas.models import (
     Watermark,
     WorkloadEvent,
 )
-from schemas.topics import (
+from gpulens.schemas.model.topics import (
     CONTAINERS,
     DEVICE_INVENTORY,
     GPU_SAMPLES,
@@ -55,6 +54,7 @@ from schemas.topics import (
     TopicSpec,
     record_key,
 )
+from gpulens.schemas.wire.codec import AvroCodec
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 TOPICS = (NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, WATERMARKS)
@@ -438,7 +438,7 @@ def test_an_amd_cluster_uses_amds_resource_and_reports_every_temperature() -> No
 
 
 def test_the_package_exports_its_public_surface() -> None:
-    import producers.simulate as package
+    import gpulens.producers.simulate as package
 
     assert sorted(package.__all__) == sorted(
         ["GPU_MODELS", "SOURCE", "Census", "ChurnRates", "ClusterSimulation", "GpuModel", "Progress",

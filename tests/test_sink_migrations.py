@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.migrating import load_migrations, migrate
-from consumers.clickhouse.queries import ADAPTER_VIEWS, DERIVED_TABLES
-from consumers.clickhouse.rows import INTAKE_TABLES, TABLES
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.migrating import load_migrations, migrate
+from gpulens.consumers.clickhouse.queries import ADAPTER_VIEWS, DERIVED_TABLES
+from gpulens.consumers.clickhouse.rows import INTAKE_TABLES, TABLES
 
 
 def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique) -> None:

@@ -17,12 +17,12 @@ from confluent_kafka import Producer
 from prometheus_client import REGISTRY
 from sink_support import FAST, SinkThread, dead_letters, wait_for
 
-from consumers.clickhouse.exceptions import ClickHouseUnavailable
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.exceptions import DecodeError
-from schemas.models import GpuSample, GpuSampleBatch
-from schemas.topics import GPU_SAMPLES
+from gpulens.consumers.clickhouse.exceptions import ClickHouseUnavailable
+from gpulens.schemas.model.exceptions import DecodeError
+from gpulens.schemas.model.models import GpuSample, GpuSampleBatch
+from gpulens.schemas.model.topics import GPU_SAMPLES
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 PYTHON = FAST.model_copy(update={"decode_in_clickhouse": False})
 ORDER = "cluster, node, device_id, event_time, event_id"

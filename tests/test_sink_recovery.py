@@ -17,7 +17,7 @@ from sink_support import (
 )
 
 from gpulens.platform import service_specs
-from schemas.topics import GPU_SAMPLES
+from gpulens.schemas.model.topics import GPU_SAMPLES
 
 LOAD = 125_000
 """GpuSampleBatch records of 8 GPUs: 1,000,000 sample rows."""

@@ -11,17 +11,16 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from sink_support import SinkThread, wait_for
 
-import consumers.clickhouse
-from consumers.clickhouse import queries
-from consumers.clickhouse.client import get_client
-from consumers.clickhouse.migrating import migrate
-from consumers.clickhouse.rows import GPU_SAMPLES
-from consumers.clickhouse.writing import TableWriter
-from pipeline.alerting import AlertDetector, AlertRules
-from pipeline.device_changes import diff
-from schemas.examples import JOB_UID, NODE, POD_UID, example_events
-from schemas.ids import event_id
-from schemas.models import (
+import gpulens.consumers.clickhouse
+from gpulens.consumers.clickhouse import queries
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.migrating import migrate
+from gpulens.consumers.clickhouse.rows import GPU_SAMPLES
+from gpulens.consumers.clickhouse.writing import TableWriter
+from gpulens.pipeline.alerting import AlertDetector, AlertRules
+from gpulens.pipeline.device_changes import diff
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import (
     ChangeType,
     ClusterGpuAllocation,
     DeadLetter,
@@ -30,7 +29,7 @@ from schemas.models import (
     PodEvent,
     WorkloadGpuUsage,
 )
-from schemas.topics import (
+from gpulens.schemas.model.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
     DEVICE_CHANGELOG,
@@ -42,8 +41,9 @@ from schemas.topics import (
     STORAGE,
     WORKLOAD_USAGE,
 )
+from gpulens.testing.examples import JOB_UID, NODE, POD_UID, example_events
 
-TABLES_MD = Path(consumers.clickhouse.__file__).parent / "TABLES.md"
+TABLES_MD = Path(gpulens.consumers.clickhouse.__file__).parent / "TABLES.md"
 
 
 @pytest.fixture

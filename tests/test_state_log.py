@@ -12,7 +12,7 @@ from __future__ import annotations
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from schemas.state_log import FIRST_SPAN, SNAPSHOT_MARKER, StateLog
+from gpulens.schemas.kafka.state_log import FIRST_SPAN, SNAPSHOT_MARKER, StateLog
 
 
 def test_a_snapshot_cut_short_is_passed_over_and_every_newest_value_comes_back(platform, unique) -> None:

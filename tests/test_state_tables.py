@@ -16,11 +16,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pod_events import DEPLOYMENT, REPLICASET, T0
 from pod_events import pod as pod_event
 
-from pipeline.state_tables import StateTables, Tombstone
-from producers.publishing import EventPublisher
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.models import (
+from gpulens.pipeline.state_tables import StateTables, Tombstone
+from gpulens.producers.publishing import EventPublisher
+from gpulens.schemas.model.models import (
     ChangeType,
     NodeEvent,
     PodEvent,
@@ -28,7 +26,7 @@ from schemas.models import (
     WorkloadState,
     WorkloadStatus,
 )
-from schemas.topics import (
+from gpulens.schemas.model.topics import (
     NODES,
     PODS,
     STATE_INVENTORY,
@@ -38,6 +36,8 @@ from schemas.topics import (
     WORKLOADS,
     TopicSpec,
 )
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 
 def pod(

@@ -18,12 +18,12 @@ from allocation_oracle import expected_rows
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.config import load_settings
+from gpulens.infra.launching import ServiceManager, ServiceSpec, State
+from gpulens.infra.supervising import Supervisor, describe_exit, read_restarts
 from gpulens.platform import write_private_config
-from infra.launching import ServiceManager, ServiceSpec, State
-from infra.supervising import Supervisor, describe_exit, read_restarts
-from producers.replay import alibaba_v2023
-from producers.replay.locating import traces_dir
-from schemas.models import PodEvent
+from gpulens.producers.replay import alibaba_v2023
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.model.models import PodEvent
 
 
 class FakeClock:

@@ -35,16 +35,16 @@ from worker_support import (
 )
 
 from gpulens.config import GPULensSettings
+from gpulens.pipeline.operators import StateOperator
+from gpulens.pipeline.running import StreamWorker, WorkerOptions
 from gpulens.platform import free_port, private_platform
-from pipeline.operators import StateOperator
-from pipeline.running import StreamWorker, WorkerOptions
-from producers.replay import genai_duty
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.ids import event_id
-from schemas.models import Alert, DeadLetter, Watermark
-from schemas.sharding import Shard
-from schemas.topics import ALERTS, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
+from gpulens.producers.replay import genai_duty
+from gpulens.schemas.kafka.sharding import Shard
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import Alert, DeadLetter, Watermark
+from gpulens.schemas.model.topics import ALERTS, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 SLICE_PODS = 1_000
 """Pods of the trace's head a slice replays: 884 GPU pods, still spanning the trace's 3,585 hours."""

@@ -31,13 +31,18 @@ from trace_slices import head_of
 
 from gpulens.config import GPULensSettings
 from gpulens.platform import free_port
-from producers.replay.locating import traces_dir
-from schemas.codec import AvroCodec
-from schemas.examples import example_events
-from schemas.ids import event_id
-from schemas.models import ChangeType, ClusterGpuAllocation, DeadLetter, NodeGpuAllocation, Record, Watermark
-from schemas.sharding import Shard
-from schemas.topics import (
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.kafka.sharding import Shard
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import (
+    ChangeType,
+    ClusterGpuAllocation,
+    DeadLetter,
+    NodeGpuAllocation,
+    Record,
+    Watermark,
+)
+from gpulens.schemas.model.topics import (
     CLUSTER_ALLOCATION,
     DLQ,
     NODE_ALLOCATION,
@@ -47,6 +52,8 @@ from schemas.topics import (
     TopicSpec,
     entity_key,
 )
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.examples import example_events
 
 PODS_CSV = traces_dir() / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)

@@ -21,10 +21,10 @@ from hostile_support import metric, wait
 from worker_support import PODS_CSV, RowReader, assert_rows_equal_the_csv, replay, start_worker
 
 from gpulens.config import GPULensSettings
+from gpulens.pipeline.checkpointing import CALL_TIMEOUT_S
+from gpulens.pipeline.operators import AllocationOperator
+from gpulens.pipeline.windows import TumblingWindows
 from gpulens.platform import BROKER, free_port, manager
-from pipeline.checkpointing import CALL_TIMEOUT_S
-from pipeline.operators import AllocationOperator
-from pipeline.windows import TumblingWindows
 
 STALL_S = 4 * CALL_TIMEOUT_S
 """Several per-call timeouts, well under ``WEDGED_S`` (the module's docstring)."""

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alert_oracle import SAMPLES
 
-from pipeline.windows import TumblingWindows
-from pipeline.workload_usage import WorkloadUsage
-from producers.replay import genai_duty
-from schemas.examples import example_events
-from schemas.models import OwnerReference, WorkloadGpuUsage
-from schemas.topics import PODS
+from gpulens.pipeline.windows import TumblingWindows
+from gpulens.pipeline.workload_usage import WorkloadUsage
+from gpulens.producers.replay import genai_duty
+from gpulens.schemas.model.models import OwnerReference, WorkloadGpuUsage
+from gpulens.schemas.model.topics import PODS
+from gpulens.testing.examples import example_events
 
 HOUR = 3600
 

@@ -15,10 +15,10 @@ import pytest
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
 
-from producers.replay.locating import traces_dir
-from schemas.codec import AvroCodec
-from schemas.models import ClusterGpuAllocation
-from schemas.topics import CLUSTER_ALLOCATION
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.model.models import ClusterGpuAllocation
+from gpulens.schemas.model.topics import CLUSTER_ALLOCATION
+from gpulens.schemas.wire.codec import AvroCodec
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)

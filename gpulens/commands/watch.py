@@ -1,0 +1,89 @@
+"""``gpulens watch``: run the Kubernetes watchers of one cluster (gpulens.producers.kubernetes)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from gpulens.cli_context import Context, pass_context
+
+log = logging.getLogger("gpulens.watch")
+
+
+@click.command("watch")
+@click.option("--cluster", help="Cluster name put on every event (default: the `cluster` setting).")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config).",
+)
+@click.option(
+    "--in-cluster", is_flag=True, help="Use the pod's service account (when run inside Kubernetes)."
+)
+@click.option("--once", is_flag=True, help="List everything once, publish what changed, and exit.")
+@pass_context
+def watch(
+    context: Context, cluster: str | None, kubeconfig: Path | None, in_cluster: bool, once: bool
+) -> None:
+    """Watch nodes, GPU pods and workloads; publish NodeEvent, PodEvent, WorkloadEvent.
+
+    \b
+    Topics: gpulens.nodes.v1, gpulens.pods.v1, gpulens.workloads.v1 (Avro, keyed by entity).
+    Only a change of what is published makes an event (no node heartbeats); a restart or a new
+    leader continues from what the topics hold, without duplicates or gaps. With
+    [watcher.lease] enabled (the default) only the replica holding the Lease publishes; the
+    RBAC it needs is in deploy/k8s/watcher-rbac.yaml. Settings: [watcher] in the config file,
+    e.g. custom kinds: GPULENS_WATCHER__CUSTOM_WORKLOADS='[{"group": "kubeflow.org",
+    "version": "v1", "plural": "pytorchjobs", "kind": "PyTorchJob"}]'.
+    """
+    from gpulens.producers.kubernetes import (
+        GpuCatalog,
+        KubeApi,
+        LeaseElector,
+        Translator,
+        Watcher,
+        load_configuration,
+        read_published,
+    )
+    from gpulens.producers.publishing import EventPublisher
+    from gpulens.schemas.wire.codec import AvroCodec, registry_client
+
+    settings = context.settings
+    name = cluster or settings.cluster
+    watcher_settings = settings.watcher
+    configuration = load_configuration(kubeconfig=kubeconfig, in_cluster=in_cluster)
+    api = KubeApi(configuration, request_timeout_s=watcher_settings.request_timeout_s)
+    codec = AvroCodec(registry_client(settings.registry.url))
+    publisher = EventPublisher(settings.kafka, codec)
+    watcher = Watcher(
+        api=api,
+        settings=watcher_settings,
+        translator=Translator(name, watcher_settings.source, GpuCatalog.from_settings(watcher_settings)),
+        publisher=publisher,
+        restore=lambda: read_published(settings.kafka, codec, cluster=name, source=watcher_settings.source),
+        elector=LeaseElector(api, watcher_settings.lease)
+        if watcher_settings.lease.enabled and not once
+        else None,
+    )
+    try:
+        if once:
+            watcher.run_once()
+        else:
+            stop = threading.Event()
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                log.info("signal %d: stopping", signum)
+                stop.set()
+
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+            log.info("watching cluster %s at %s", name, configuration.host)
+            watcher.run(stop)
+    finally:
+        api.close()
+    click.echo(f"cluster {name}: {publisher.published} events published")

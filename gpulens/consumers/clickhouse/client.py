@@ -1,0 +1,35 @@
+"""One way to get a ClickHouse client for whatever the configuration points at."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import Error as DriverError
+
+from gpulens.consumers.clickhouse.exceptions import translate
+from gpulens.consumers.clickhouse.settings import ClickHouseSettings
+
+
+def get_client(settings: ClickHouseSettings, *, database: str | None = None, **kwargs: object) -> Client:
+    """A clickhouse-connect client: HTTP for ``http(s)://`` URLs, in-process chDB for ``chdb://``.
+
+    Raises :class:`~gpulens.consumers.clickhouse.exceptions.ClickHouseUnavailable` when the server
+    cannot be reached (the client asks it for its version on creation).
+    """
+    url = urlparse(settings.url)
+    try:
+        if url.scheme == "chdb":
+            return clickhouse_connect.get_client(dsn=settings.url, database=database, **kwargs)
+        return clickhouse_connect.get_client(
+            host=url.hostname or "127.0.0.1",
+            port=url.port or (8443 if url.scheme == "https" else 8123),
+            secure=url.scheme == "https",
+            username=settings.username,
+            password=settings.password.get_secret_value(),
+            database=database,
+            **kwargs,
+        )
+    except DriverError as err:
+        raise translate(err, f"connecting to {settings.url}") from err

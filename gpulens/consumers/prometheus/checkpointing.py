@@ -1,0 +1,147 @@
+"""The exporter's checkpoints: the series that changed and the offsets read, in a state log.
+
+A restart restores the newest row of every series from ``gpulens.exporter.<group>.changelog``
+(a :class:`~gpulens.schemas.kafka.state_log.StateLog`: its cost follows the live series, not the history)
+and reads on from the offsets found there, instead of reading the topics from the beginning.
+
+Format (documented, language-neutral), as the worker's changelogs: key = the UTF-8 JSON array
+of the series key (see :mod:`gpulens.consumers.prometheus.state`: ``["gpus", "cluster-a", "node-7"]``)
+or ``["offset", topic, partition]``; value = the row in the Confluent wire format (the bytes
+it arrived as; its schema id names its writer schema), or the next offset to read as ASCII
+digits; null when the series is gone.
+
+No transaction: the state is the newest row per series, so applying a record again changes
+nothing, and at-least-once is enough. One idempotent producer writes a checkpoint's rows
+before its offsets (order kept on the one partition), so a checkpoint cut short by a kill
+leaves rows at least as new as the offsets it did write, and reading on from those offsets
+re-applies a few records harmlessly. The offsets are taken from the consumer's commit, which
+first makes its dead letters durable: a record behind a checkpointed offset is in the state
+or in the DLQ. The group's committed offsets are for the usual tools only; a restart trusts
+the state log's, which always match its rows (an exporter of an older release committed
+offsets without any state to go with them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from gpulens.consumers.prometheus.exceptions import ExporterError
+from gpulens.consumers.prometheus.state import KIND_MODELS, LatestState, SeriesKey
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.state_log import Entries, StateLog
+from gpulens.schemas.model.exceptions import DecodeError
+from gpulens.schemas.model.models import Record
+from gpulens.schemas.model.topics import TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec
+
+log = logging.getLogger(__name__)
+
+Partition = tuple[str, int]
+
+OFFSET = "offset"
+"""First element of the key of a partition's next offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """What a start found in the state log."""
+
+    series: int
+    """Series loaded into the state."""
+    offsets: dict[Partition, int]
+    """Next offset to read per input partition (none: the partition was never checkpointed)."""
+    records_read: int
+    seconds: float
+
+
+def state_log_topic(group_id: str) -> str:
+    """The state log of the exporter whose consumer group is ``group_id``."""
+    return f"gpulens.exporter.{group_id}.changelog"
+
+
+class ExporterCheckpoint:
+    """Writes the exporter's changed series and offsets to its state log, and reads them back."""
+
+    def __init__(
+        self, kafka: KafkaSettings, codec: AvroCodec, *, group_id: str, topics: Sequence[TopicSpec]
+    ) -> None:
+        self._log = StateLog(kafka, state_log_topic(group_id))
+        self._producer = Producer(
+            kafka.librdkafka(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20})
+        )
+        self._admin = AdminClient(kafka.librdkafka())
+        """Cuts the state log behind its newest acknowledged snapshot."""
+        self._codec = codec
+        self._specs = {t.record: t for t in topics}
+        self._offsets: dict[Partition, int] = {}
+        self.written = 0
+        """State records written since start (snapshots included)."""
+
+    def restore(self, state: LatestState) -> Restore:
+        """Load every checkpointed series into ``state``; the offsets to read on from."""
+        self._log.create()
+        restored = self._log.restore()
+        series = 0
+        for raw, value in restored.entries.items():
+            key = tuple(json.loads(raw))
+            if key[0] == OFFSET:
+                self._offsets[(key[1], key[2])] = int(value)
+                continue
+            spec = self._specs.get(KIND_MODELS.get(key[0], Record))
+            if spec is None:  # a kind this exporter no longer reads
+                continue
+            try:
+                row = self._codec.decode(spec, value)
+            except DecodeError as err:  # comes back with the series' next record
+                log.warning("state log %s: %s not restored: %s", self._log.topic, key, err)
+                continue
+            state.load(key, row, value)
+            series += 1
+        return Restore(series, dict(self._offsets), restored.records_read, restored.seconds)
+
+    def write(self, state: LatestState, offsets: dict[Partition, int]) -> int:
+        """Write the series changed since the last call, then ``offsets``, and wait until the
+        broker has them all; the records written (:class:`ExporterError` if it has not)."""
+        moved = {p: o for p, o in offsets.items() if self._offsets.get(p) != o}
+        self._offsets.update(moved)
+        entries = [*self._rows(state, state.changed()), *_offset_entries(moved)]
+        written = self._log.append(self._producer, entries)
+        if self._log.snapshot_possible():  # listing every live series each time would cost
+            live = state.live()
+            count = len(live) + len(self._offsets)
+            if self._log.snapshot_due(count):
+                self._log.snapshot(
+                    self._producer, lambda: [*self._rows(state, live), *_offset_entries(self._offsets)], count
+                )
+                written += count
+        if self._producer.flush(30):
+            raise ExporterError(f"state log {self._log.topic}: checkpoint not acknowledged within 30 s")
+        self._log.cut(self._admin)
+        self.written += written
+        return written
+
+    def _rows(self, state: LatestState, keys: Sequence[SeriesKey] | set[SeriesKey]) -> Entries:
+        """Rows as they arrived; one applied without its bytes is encoded, outside the state's
+        lock (a scrape never waits for a checkpoint)."""
+        return [
+            (_key(key), None if row is None else wire or self._codec.encode(self._specs[type(row)], row))
+            for key, row, wire in state.rows(keys)
+        ]
+
+    def close(self) -> None:
+        self._producer.flush(10)
+
+
+def _key(key: tuple[str | int, ...]) -> bytes:
+    return json.dumps(key, separators=(",", ":")).encode()
+
+
+def _offset_entries(offsets: dict[Partition, int]) -> Iterator[tuple[bytes, bytes | None]]:
+    for (topic, partition), offset in offsets.items():
+        yield _key((OFFSET, topic, partition)), str(offset).encode()

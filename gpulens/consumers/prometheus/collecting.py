@@ -1,0 +1,106 @@
+"""Renders :class:`~gpulens.consumers.prometheus.state.LatestState` as Primus-Lens's metrics at scrape time.
+
+A collector, not global gauges: each scrape shows exactly the series the state holds now, so
+the series of a workload that ended disappear instead of freezing at their last value.
+Every metric has a ``cluster`` label; a value the row does not know (null) is left out. The
+per-GPU gauges (:mod:`gpulens.schemas.model.gpu_metrics`) are there only in the per-GPU mode, which holds
+each node's newest sample batch; otherwise the node agents serve them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpulens.consumers.prometheus.state import LatestState
+from gpulens.schemas.model.gpu_metrics import (
+    GPU_GAUGES,
+    GPU_LABELS,
+    GaugeDef,
+    gauge_families,
+    gpu_label_values,
+)
+from gpulens.schemas.model.models import ClusterGpuAllocation, NodeGpuAllocation, WorkloadGpuUsage
+
+CLUSTER_GAUGES: tuple[GaugeDef[ClusterGpuAllocation], ...] = (
+    GaugeDef(
+        "gpu_allocation_rate",
+        "GPUs held / capacity, time-weighted over the newest window.",
+        lambda r: r.allocation_rate_avg,
+    ),
+    GaugeDef(
+        "cluster_gpu_capacity",
+        "Allocatable GPUs of Ready, schedulable nodes at the newest window end.",
+        lambda r: r.gpu_capacity,
+    ),
+    GaugeDef(
+        "cluster_gpus_allocated",
+        "GPUs held by pods at the newest window end.",
+        lambda r: r.gpus_allocated_end,
+    ),
+    GaugeDef(
+        "cluster_gpu_pods_pending",
+        "GPU pods not yet bound at the newest window end.",
+        lambda r: r.pods_pending_end,
+    ),
+)
+NODE_GAUGES: tuple[GaugeDef[NodeGpuAllocation], ...] = (
+    GaugeDef(
+        "node_k8s_gpu_allocation_rate",
+        "GPUs held / capacity of the node over the newest window.",
+        lambda r: r.allocation_rate_avg,
+    ),
+)
+WORKLOAD_GAUGES: tuple[GaugeDef[WorkloadGpuUsage], ...] = (
+    GaugeDef(
+        "consumer_pod_gpu_usage",
+        "Mean utilization (%) of the workload's GPUs over the newest window.",
+        lambda r: r.utilization_avg,
+    ),
+    GaugeDef(
+        "consumer_pod_gpu_allocated",
+        "GPUs the workload's pods hold at the newest window end.",
+        lambda r: r.gpus_allocated_end,
+    ),
+    GaugeDef(
+        "consumer_pod_active",
+        "The workload's pods holding GPUs at the newest window end.",
+        lambda r: r.pods_active_end,
+    ),
+)
+CLUSTER_LABELS = ("cluster",)
+NODE_LABELS = ("cluster", "node")
+WORKLOAD_LABELS = ("cluster", "namespace", "kind", "name", "uid")
+
+
+class StateCollector(Collector):
+    """A prometheus-client collector over a :class:`LatestState`."""
+
+    def __init__(self, state: LatestState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._state.snapshot()
+        yield from gauge_families(CLUSTER_GAUGES, CLUSTER_LABELS, (((r.cluster,), r) for r in snap.clusters))
+        yield from gauge_families(NODE_GAUGES, NODE_LABELS, (((r.cluster, r.node), r) for r in snap.nodes))
+        yield from gauge_families(
+            WORKLOAD_GAUGES,
+            WORKLOAD_LABELS,
+            (
+                ((r.cluster, r.namespace, r.workload_kind, r.workload_name, r.workload_uid), r)
+                for r in snap.workloads
+            ),
+        )
+        yield from gauge_families(
+            GPU_GAUGES,
+            GPU_LABELS,
+            ((gpu_label_values(b.cluster, b.node, s), s) for b in snap.gpus for s in b.samples),
+        )
+        alerts = GaugeMetricFamily(
+            "gpulens_alerts_open", "Alerts opened and not yet resolved.", labels=("cluster", "alert")
+        )
+        for (cluster, alert), count in sorted(snap.alerts_open.items()):
+            alerts.add_metric((cluster, alert), count)
+        yield alerts

@@ -1,0 +1,412 @@
+"""Alerts as a stream, in event time: GpuIdle, GpuPodPending, NodeNotReady, GpuLost.
+
+Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about.
+
+- **GpuIdle**: a GPU held by a pod whose utilization stays under ``idle_below_pct`` for
+  ``idle_for_s``. Samples in time order; a sample is idle when below the threshold; a run of
+  idle samples starts at its first sample; the alert opens at the first sample of the run
+  whose time minus the run's start is at least the duration, and resolves at the next sample
+  that is not idle (or whose GPU no pod holds any more).
+- **GpuPodPending**: a GPU pod still unbound ``pending_for_s`` after its creation; it carries
+  the scheduler's reason and the cluster's free GPUs by model at that moment, and the most
+  free on any one node (fragmentation: free GPUs exist but no node has enough). Resolves when
+  the pod is bound or deleted.
+- **NodeNotReady**: opens when a node's Ready condition goes false, resolves when it is back
+  or the node is deleted.
+- **GpuLost**: a GPU vanished from its node's inventory; resolves if it comes back.
+
+State is checkpointed key by key under ``[kind, cluster, ...]``: ``cluster`` (instant), ``run``
+(idle runs per GPU), ``pending`` (unbound GPU pods), ``holding`` (pods holding GPUs), ``node``,
+``gpus`` (each node's last inventory) and ``holders`` (see :mod:`gpulens.pipeline.holders`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from gpulens.pipeline.checkpointing import StateKey
+from gpulens.pipeline.exceptions import LateEvent
+from gpulens.pipeline.holders import GpuHolders, PodRef
+from gpulens.pipeline.windows import from_ms, to_ms
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import (
+    Alert,
+    AlertState,
+    ChangeType,
+    ContainerEvent,
+    DeviceInventory,
+    Event,
+    GpuSampleBatch,
+    NodeEvent,
+    PodEvent,
+)
+from gpulens.schemas.wire.sample_columns import SampleColumns, event_name, readings
+
+SOURCE = "gpulens-worker"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRules:
+    """Thresholds of the alert rules."""
+
+    idle_below_pct: float = 5.0
+    idle_for_s: float = 600.0
+    pending_for_s: float = 300.0
+
+
+@dataclass(slots=True)
+class _Run:
+    start: int
+    opened: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    created: int
+    event: PodEvent
+    alerted: bool = False
+
+
+@dataclass(slots=True)
+class _NodeState:
+    allocatable: float = 0.0
+    available: bool = False
+    model: str | None = None
+    held: float = 0.0
+    not_ready_since: int | None = None
+
+
+@dataclass
+class _Cluster:
+    instant: int
+    holders: GpuHolders = field(default_factory=GpuHolders)
+    gpus: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """node -> GPU ids in its last inventory."""
+    runs: dict[str, _Run] = field(default_factory=dict)
+    pending: dict[str, _Pending] = field(default_factory=dict)
+    holding: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """pod uid -> (node, GPUs) of pods holding GPUs."""
+    nodes: dict[str, _NodeState] = field(default_factory=lambda: defaultdict(_NodeState))
+
+
+class AlertDetector:
+    """Turns the event streams of clusters into Alert records."""
+
+    def __init__(self, rules: AlertRules) -> None:
+        self.rules = rules
+        self._clusters: dict[str, _Cluster] = {}
+        self._changed: set[StateKey] = set()
+
+    def process(self, event: Event | SampleColumns) -> list[Alert]:
+        """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
+        at = to_ms(event.event_time)
+        cluster = self._clusters.get(event.cluster)
+        if cluster is None:
+            cluster = self._clusters[event.cluster] = _Cluster(instant=at)
+            self._changed.add(("cluster", event.cluster))
+        if at < cluster.instant:
+            raise LateEvent(
+                f"{event_name(event)} at {event.event_time.isoformat()} arrived after "
+                f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
+            )
+        if at != cluster.instant:
+            cluster.instant = at
+            self._changed.add(("cluster", event.cluster))
+        alerts = self._expire_pending(cluster, at)
+        if isinstance(event, GpuSampleBatch | SampleColumns):
+            alerts += self._samples(cluster, event)
+        elif isinstance(event, ContainerEvent):
+            cluster.holders.container(event)
+        elif isinstance(event, DeviceInventory):
+            alerts += self._inventory(cluster, event)
+        elif isinstance(event, NodeEvent):
+            alerts += self._node(cluster, event)
+        elif isinstance(event, PodEvent):
+            alerts += self._pod(cluster, event)
+        return alerts
+
+    # --- GpuIdle ------------------------------------------------------------------------------
+
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
+        alerts = []
+        at = to_ms(batch.event_time)
+        threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
+        for device_id, utilization in readings(batch):
+            gpu = cluster.holders.gpu(device_id)
+            run = cluster.runs.get(gpu)
+            if run is None and (utilization is None or not utilization < below):
+                continue  # not idle, whoever holds it, and no run to end: most samples
+            holder = cluster.holders.holder(gpu)
+            idle = holder is not None and utilization is not None and utilization < below
+            if not idle:
+                if run is not None:
+                    if run.opened:
+                        alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.RESOLVED, at))
+                    del cluster.runs[gpu]
+                    self._changed.add(("run", batch.cluster, gpu))
+                continue
+            if run is None:
+                run = cluster.runs[gpu] = _Run(start=at)
+                self._changed.add(("run", batch.cluster, gpu))
+            if not run.opened and at - run.start >= threshold_ms:
+                run.opened = True
+                self._changed.add(("run", batch.cluster, gpu))
+                alerts.append(self._gpu_idle(batch, gpu, holder, run, AlertState.OPENED, at))
+        return alerts
+
+    def _gpu_idle(
+        self,
+        batch: GpuSampleBatch | SampleColumns,
+        gpu: str,
+        holder: PodRef | None,
+        run: _Run,
+        state: AlertState,
+        at: int,
+    ) -> Alert:
+        minutes = (at - run.start) / 60_000
+        return Alert(
+            event_id=event_id(batch.cluster, "GpuIdle", gpu, run.start, state.value),
+            cluster=batch.cluster,
+            event_time=from_ms(at),
+            source=SOURCE,
+            alert="GpuIdle",
+            state=state,
+            entity=gpu,
+            node=batch.node,
+            gpu_id=gpu,
+            pod_uid=holder.uid if holder else None,
+            pod_namespace=holder.namespace if holder else None,
+            pod_name=holder.name if holder else None,
+            since=from_ms(run.start),
+            message=(
+                f"GPU {gpu} on {batch.node} under {self.rules.idle_below_pct:g}% for {minutes:.0f} min"
+                if state is AlertState.OPENED
+                else f"GPU {gpu} on {batch.node} busy again after {minutes:.0f} min idle"
+            ),
+            labels={
+                "threshold_pct": f"{self.rules.idle_below_pct:g}",
+                "duration_s": f"{self.rules.idle_for_s:g}",
+            },
+        )
+
+    # --- GpuLost ------------------------------------------------------------------------------
+
+    def _inventory(self, cluster: _Cluster, inventory: DeviceInventory) -> list[Alert]:
+        cluster.holders.inventory(inventory)
+        now = {gpu.device_id for gpu in inventory.gpus}
+        before = cluster.gpus.get(inventory.node)
+        cluster.gpus[inventory.node] = now
+        if before != now:
+            self._changed.add(("gpus", inventory.cluster, inventory.node))
+        if before is None:
+            return []
+        return [
+            *(self._gpu_lost(inventory, gpu, AlertState.OPENED) for gpu in sorted(before - now)),
+            *(self._gpu_lost(inventory, gpu, AlertState.RESOLVED) for gpu in sorted(now - before)),
+        ]
+
+    def _gpu_lost(self, inventory: DeviceInventory, gpu: str, state: AlertState) -> Alert:
+        return Alert(
+            event_id=event_id(inventory.cluster, "GpuLost", gpu, inventory.event_id, state.value),
+            cluster=inventory.cluster,
+            event_time=inventory.event_time,
+            source=SOURCE,
+            alert="GpuLost",
+            state=state,
+            entity=gpu,
+            node=inventory.node,
+            gpu_id=gpu,
+            since=inventory.event_time,
+            message=(
+                f"GPU {gpu} vanished from the inventory of {inventory.node}"
+                if state is AlertState.OPENED
+                else f"GPU {gpu} is back in the inventory of {inventory.node}"
+            ),
+        )
+
+    # --- NodeNotReady -------------------------------------------------------------------------
+
+    def _node(self, cluster: _Cluster, event: NodeEvent) -> list[Alert]:
+        node = cluster.nodes[event.node]
+        self._changed.add(("node", event.cluster, event.node))
+        deleted = event.type == ChangeType.DELETED
+        node.allocatable = 0.0 if deleted else event.gpus_allocatable
+        node.available = not deleted and event.ready and event.schedulable
+        node.model = event.gpu_model or node.model
+        at = to_ms(event.event_time)
+        if not deleted and not event.ready and node.not_ready_since is None:
+            node.not_ready_since = at
+            return [self._node_alert(event, at, AlertState.OPENED)]
+        if (deleted or event.ready) and node.not_ready_since is not None:
+            since, node.not_ready_since = node.not_ready_since, None
+            return [self._node_alert(event, since, AlertState.RESOLVED)]
+        return []
+
+    def _node_alert(self, event: NodeEvent, since: int, state: AlertState) -> Alert:
+        return Alert(
+            event_id=event_id(event.cluster, "NodeNotReady", event.node, since, state.value),
+            cluster=event.cluster,
+            event_time=event.event_time,
+            source=SOURCE,
+            alert="NodeNotReady",
+            state=state,
+            entity=event.node,
+            node=event.node,
+            since=from_ms(since),
+            message=f"node {event.node} is {'not ready' if state is AlertState.OPENED else 'ready again'}",
+        )
+
+    # --- GpuPodPending ------------------------------------------------------------------------
+
+    def _pod(self, cluster: _Cluster, event: PodEvent) -> list[Alert]:
+        previous = cluster.holding.pop(event.uid, None)
+        changed = self._changed
+        if previous is not None:
+            cluster.nodes[previous[0]].held -= previous[1]
+            changed.update((("holding", event.cluster, event.uid), ("node", event.cluster, previous[0])))
+        if event.holds_gpus and event.node is not None:
+            cluster.holding[event.uid] = (event.node, event.gpu_amount)
+            cluster.nodes[event.node].held += event.gpu_amount
+            changed.update((("holding", event.cluster, event.uid), ("node", event.cluster, event.node)))
+        waiting = event.type != ChangeType.DELETED and event.node is None and event.gpu_amount > 0
+        pending = cluster.pending.get(event.uid)
+        if waiting or pending is not None:
+            changed.add(("pending", event.cluster, event.uid))
+        if waiting:
+            if pending is None:
+                cluster.pending[event.uid] = _Pending(to_ms(event.creation_time), event)
+            else:
+                pending.event = event  # keep the scheduler's latest reason
+            return []
+        if pending is None:
+            return []
+        del cluster.pending[event.uid]
+        if not pending.alerted:
+            return []
+        outcome = "deleted" if event.type == ChangeType.DELETED else f"bound to {event.node}"
+        return [self._pending_alert(cluster, pending, to_ms(event.event_time), AlertState.RESOLVED, outcome)]
+
+    def _expire_pending(self, cluster: _Cluster, at: int) -> list[Alert]:
+        due_ms = self.rules.pending_for_s * 1000
+        alerts = []
+        for pending in sorted(cluster.pending.values(), key=lambda p: (p.created, p.event.uid)):
+            if not pending.alerted and at - pending.created >= due_ms:
+                pending.alerted = True
+                self._changed.add(("pending", pending.event.cluster, pending.event.uid))
+                alerts.append(
+                    self._pending_alert(
+                        cluster, pending, pending.created + round(due_ms), AlertState.OPENED, ""
+                    )
+                )
+        return alerts
+
+    def _pending_alert(
+        self, cluster: _Cluster, pending: _Pending, at: int, state: AlertState, outcome: str
+    ) -> Alert:
+        pod = pending.event
+        labels = {"gpus_requested": f"{pod.gpu_amount:g}"}
+        if pod.unschedulable_reason:
+            labels["reason"] = pod.unschedulable_reason
+        if state is AlertState.OPENED:
+            free: dict[str, float] = defaultdict(float)
+            most: dict[str, float] = defaultdict(float)
+            for node in cluster.nodes.values():
+                if node.available:
+                    spare = max(node.allocatable - node.held, 0.0)
+                    free[node.model or "unknown"] += spare
+                    most[node.model or "unknown"] = max(most[node.model or "unknown"], spare)
+            labels |= {f"free_gpus.{m}": f"{v:g}" for m, v in sorted(free.items())}
+            labels |= {f"max_free_on_one_node.{m}": f"{v:g}" for m, v in sorted(most.items())}
+        waited = timedelta(milliseconds=at - pending.created)
+        message = (
+            f"GPU pod {pod.namespace}/{pod.name} pending for {waited}"
+            + (f": {pod.unschedulable_message}" if pod.unschedulable_message else "")
+            if state is AlertState.OPENED
+            else f"GPU pod {pod.namespace}/{pod.name} {outcome} after {waited} pending"
+        )
+        return Alert(
+            event_id=event_id(pod.cluster, "GpuPodPending", pod.uid, state.value),
+            cluster=pod.cluster,
+            event_time=from_ms(at),
+            source=SOURCE,
+            alert="GpuPodPending",
+            state=state,
+            entity=pod.uid,
+            pod_uid=pod.uid,
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            since=from_ms(pending.created),
+            message=message,
+            labels=labels,
+        )
+
+    # --- checkpoint (gpulens.pipeline.checkpointing.Stateful) -------------------------------------------
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        for name, cluster in self._clusters.items():
+            changed.update(cluster.holders.take_changed(name))
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        for name, cluster in self._clusters.items():
+            yield ("cluster", name)
+            yield from (("holders", name, *key) for key in cluster.holders.live())
+            for kind, entries in (
+                ("gpus", cluster.gpus), ("run", cluster.runs), ("pending", cluster.pending),
+                ("holding", cluster.holding), ("node", cluster.nodes),
+            ):  # fmt: skip
+                yield from ((kind, name, entity) for entity in entries)
+
+    def dump(self, key: StateKey) -> Any:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            return None
+        kind, entity = key[0], key[-1]
+        if kind == "cluster":
+            return cluster.instant
+        if kind == "holders":
+            return cluster.holders.dump(key[2:])
+        if kind == "gpus":
+            gpus = cluster.gpus.get(entity)
+            return None if gpus is None else sorted(gpus)
+        if kind == "run":
+            run = cluster.runs.get(entity)
+            return None if run is None else [run.start, run.opened]
+        if kind == "pending":
+            pending = cluster.pending.get(entity)
+            if pending is None:
+                return None
+            return [pending.created, pending.alerted, pending.event.model_dump(mode="json")]
+        if kind == "holding":
+            holding = cluster.holding.get(entity)
+            return None if holding is None else list(holding)
+        node = cluster.nodes.get(entity)
+        if node is None:
+            return None
+        return [node.allocatable, node.available, node.model, node.held, node.not_ready_since]
+
+    def load(self, key: StateKey, value: Any) -> None:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            cluster = self._clusters[key[1]] = _Cluster(instant=0)
+        kind, entity = key[0], key[-1]
+        if kind == "cluster":
+            cluster.instant = value
+        elif kind == "holders":
+            cluster.holders.load(key[2:], value)
+        elif kind == "gpus":
+            cluster.gpus[entity] = set(value)
+        elif kind == "run":
+            cluster.runs[entity] = _Run(*value)
+        elif kind == "pending":
+            created, alerted, event = value
+            cluster.pending[entity] = _Pending(created, PodEvent.model_validate(event), alerted)
+        elif kind == "holding":
+            cluster.holding[entity] = (value[0], value[1])
+        else:
+            cluster.nodes[entity] = _NodeState(*value)

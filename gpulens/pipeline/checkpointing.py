@@ -1,0 +1,219 @@
+"""Checkpoints: a cycle's outputs, state changes and input positions as one Kafka transaction.
+
+Every stateful part of the worker (each operator, and the worker's own input positions)
+implements :class:`Stateful`: it names the keys it changed since the last checkpoint and can
+dump and load one key's value. A :class:`Checkpoint` owns the transactional producer and one
+state log per part, ``gpulens.worker.<group>.<part>.changelog`` (see
+:mod:`gpulens.schemas.kafka.state_log`), and commits, in one transaction, the rows the cycle produced, the
+changed keys of every part and the input offsets. A crash, kill -9 included, therefore leaves
+state, outputs and offsets of the same cycle or of none.
+
+Changelog format (documented, language-neutral): key = the UTF-8 JSON array of the state key
+(``["pod", "cluster-a", "uid-1"]``), value = the UTF-8 JSON of what the part dumps for it, or
+null when the key is gone. Each part documents its keys beside its ``dump``.
+
+A broker away (stopped, restarting, slower than the call's timeout) fails the transactional
+calls with retriable errors; librdkafka documents that such a call is to be repeated, and the
+commit waits that way until the broker answers (a commit timed out at 30 s once ended the
+worker). Only where librdkafka says the transaction must be aborted (``txn_requires_abort``:
+e.g. its messages timed out) is it aborted and :class:`~gpulens.pipeline.exceptions.CycleAborted`
+raised; fatal errors (a fenced producer) are raised as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from gpulens.pipeline.exceptions import CycleAborted
+from gpulens.pipeline.hanging_transactions import StableOffsets
+from gpulens.schemas.kafka.retrying import is_transient, retry_transient
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.state_log import StateLog
+
+log = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 5.0
+"""Each transactional call's own timeout: a call timed out is repeated (it resumes where it
+was), so this bounds only how long a stop waits for the broker, not how long a commit may take."""
+WEDGED_S = 60.0
+"""A transactional call still blocked this long ignored its timeout: librdkafka's
+``send_offsets_to_transaction`` can wait forever for a group coordinator (librdkafka#5456; seen
+after a SIGKILL and restart of noida-db). Nothing in the process can end that call, and SIGTERM
+is no longer honoured, so the process exits (code :data:`WEDGED_EXIT`): a restart fences the
+wedged producer and redoes the cycle from the last checkpoint. Below the worker's
+``hanging_transaction_s``, so the worker exits before its own open transaction counts as hanging."""
+WEDGED_EXIT = 75
+"""Exit status of a process whose transactional call wedged (EX_TEMPFAIL: run it again)."""
+
+
+StateKey = tuple[Any, ...]
+"""A state key: strings and integers, the first naming what kind of entry it is."""
+
+
+class Stateful(Protocol):
+    """Something whose state is checkpointed key by key."""
+
+    def changed(self) -> set[StateKey]:
+        """Keys changed since the last call (the caller takes the set; a fresh one starts)."""
+        ...
+
+    def live(self) -> Iterable[StateKey]:
+        """Every key that has a value now."""
+        ...
+
+    def dump(self, key: StateKey) -> Any:
+        """The JSON-able value of ``key`` now, or None if it has none any more."""
+        ...
+
+    def load(self, key: StateKey, value: Any) -> None:
+        """Take ``value`` for ``key`` back from a checkpoint (before anything is processed)."""
+        ...
+
+
+def encode_key(key: StateKey) -> bytes:
+    return json.dumps(key, separators=(",", ":")).encode()
+
+
+def decode_key(raw: bytes) -> StateKey:
+    return tuple(json.loads(raw))
+
+
+class Checkpoint:
+    """The transaction of the current cycle and the state logs it writes."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        producer: Producer,
+        consumer: Consumer,
+        *,
+        group_id: str,
+        parts: dict[str, Stateful],
+        abort_forgotten: bool = True,
+    ) -> None:
+        self._kafka, self._producer, self._consumer = kafka, producer, consumer
+        self._parts = parts
+        self._abort_forgotten = abort_forgotten
+        """Abort transactions still open on the state logs at restore (a broker that forgets them)."""
+        self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
+        self._admin = AdminClient(kafka.librdkafka())
+        """Cuts the state logs behind their newest committed snapshots."""
+        self.written = 0
+        """State records written since start."""
+
+    @property
+    def topics(self) -> list[str]:
+        """The state logs' topics."""
+        return [state_log.topic for state_log in self._logs.values()]
+
+    def restore(self) -> int:
+        """Load every part from its state log; the number of live keys loaded.
+
+        Call it after fencing the earlier incarnations: a transaction still open on a state log
+        then has no live owner (a broker restart made it forget the transaction), and it would
+        hide every later write from the restore; it is aborted first
+        (:mod:`gpulens.pipeline.hanging_transactions`)."""
+        for state_log in self._logs.values():
+            state_log.create()
+        if self._abort_forgotten:
+            offsets = StableOffsets(self._kafka, f"{self.topics[0]}-restore")
+            try:
+                offsets.abort_open((topic, 0) for topic in self.topics)
+            finally:
+                offsets.close()
+        loaded = 0
+        for name, part in self._parts.items():
+            state_log = self._logs[name]
+            for raw, value in state_log.restore().entries.items():
+                part.load(decode_key(raw), json.loads(value))
+                loaded += 1
+        return loaded
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit(self, offsets: list[TopicPartition], *, stop: threading.Event | None = None) -> None:
+        """Commit the cycle: its produced rows, every part's changes, and ``offsets``.
+
+        Waits while the broker is away; once ``stop`` is set, a transient failure is raised
+        instead (the transaction is left open: the broker aborts it, a restart fences it).
+        Raises :class:`CycleAborted` when the transaction had to be aborted.
+        """
+        for name, part in self._parts.items():
+            state_log = self._logs[name]
+            self.written += state_log.append(self._producer, _entries(part, part.changed()))
+            if state_log.snapshot_possible():  # listing every live key each cycle would cost
+                live = list(part.live())
+                if state_log.snapshot_due(len(live)):
+                    state_log.snapshot(self._producer, lambda p=part, k=live: _entries(p, k), len(live))
+                    self.written += len(live)
+        if offsets:
+            group = self._consumer.consumer_group_metadata()
+            self._transactional(
+                lambda: self._producer.send_offsets_to_transaction(offsets, group, CALL_TIMEOUT_S),
+                "transaction offsets",
+                stop,
+            )
+        self._transactional(
+            lambda: self._producer.commit_transaction(CALL_TIMEOUT_S), "transaction commit", stop
+        )
+        for state_log in self._logs.values():
+            state_log.cut(self._admin)
+
+    def abort(self, *, stop: threading.Event | None = None) -> None:
+        """Drop the cycle: its rows, state changes and offsets never become visible."""
+        for state_log in self._logs.values():
+            state_log.forget_snapshot()
+        retry_transient(
+            lambda: self._producer.abort_transaction(CALL_TIMEOUT_S), operation="transaction abort", stop=stop
+        )
+
+    def _transactional(self, call: Callable[[], None], operation: str, stop: threading.Event | None) -> None:
+        try:
+            retry_transient(_watched(call, operation), operation=operation, stop=stop, transient=_retriable)
+        except KafkaException as err:
+            error: KafkaError = err.args[0]
+            if error.fatal() or not error.txn_requires_abort():
+                raise
+            log.warning("%s failed, the transaction must be aborted: %s", operation, error)
+            self.abort(stop=stop)
+            raise CycleAborted(f"{operation}: {error.str()}; the cycle was aborted") from err
+
+
+def _watched(call: Callable[[], None], operation: str) -> Callable[[], None]:
+    """``call``, ending the process when it blocks past :data:`WEDGED_S`."""
+
+    def wedged() -> None:
+        log.critical("%s blocked for %.0f s past its timeout: exiting to be restarted", operation, WEDGED_S)
+        logging.shutdown()
+        os._exit(WEDGED_EXIT)
+
+    def watched() -> None:
+        watchdog = threading.Timer(WEDGED_S, wedged)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            call()
+        finally:
+            watchdog.cancel()
+
+    return watched
+
+
+def _retriable(err: KafkaException) -> bool:
+    """A transactional call to repeat as it is: transient, and the transaction still sound."""
+    return is_transient(err) and not err.args[0].txn_requires_abort()
+
+
+def _entries(part: Stateful, keys: Iterable[StateKey]) -> Iterator[tuple[bytes, bytes | None]]:
+    for key in keys:
+        value = part.dump(key)
+        yield encode_key(key), None if value is None else json.dumps(value, separators=(",", ":")).encode()

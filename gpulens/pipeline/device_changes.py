@@ -1,0 +1,74 @@
+"""The device changelog: what changed between two inventories of one node.
+
+A node reporting the same inventory again yields nothing; a GPU or RDMA port that appears,
+disappears or changes (serial, firmware, BDF, VRAM, ...) yields one DeviceChange each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import (
+    ChangeType,
+    DeviceChange,
+    DeviceInventory,
+    DeviceKind,
+    GpuDevice,
+    RdmaDevice,
+)
+
+SOURCE = "gpulens-worker"
+
+_Devices = dict[tuple[DeviceKind, str], dict[str, str]]
+
+
+def _devices(inventory: DeviceInventory | None) -> _Devices:
+    if inventory is None:
+        return {}
+    found: _Devices = {}
+    for gpu in inventory.gpus:
+        found[(DeviceKind.GPU, gpu.device_id)] = _fields(gpu)
+    for port in inventory.rdma_devices:
+        found[(DeviceKind.RDMA, f"{port.name}/{port.port}")] = _fields(port)
+    return found
+
+
+def _fields(device: GpuDevice | RdmaDevice) -> dict[str, str]:
+    # Link state flaps are not changes of the device itself.
+    volatile = {"state", "physical_state", "rate"}
+    return {
+        name: str(value)
+        for name, value in device.model_dump().items()
+        if value is not None and name not in volatile
+    }
+
+
+def diff(before: DeviceInventory | None, after: DeviceInventory) -> Iterator[DeviceChange]:
+    """The changes from ``before`` (None: nothing known yet) to ``after``, in a stable order."""
+    old, new = _devices(before), _devices(after)
+    for key in sorted(old.keys() | new.keys()):
+        kind, device = key
+        was, now = old.get(key), new.get(key)
+        if was == now:
+            continue
+        if was is None:
+            change, changed = ChangeType.ADDED, []
+        elif now is None:
+            change, changed = ChangeType.DELETED, []
+        else:
+            change = ChangeType.MODIFIED
+            changed = sorted(name for name in was.keys() | now.keys() if was.get(name) != now.get(name))
+        yield DeviceChange(
+            event_id=event_id(after.cluster, after.node, kind.value, device, change.value, after.event_id),
+            cluster=after.cluster,
+            event_time=after.event_time,
+            source=SOURCE,
+            node=after.node,
+            change=change,
+            device_kind=kind,
+            device_id=device,
+            changed=changed,
+            before={name: (was or {}).get(name, "") for name in changed},
+            after={name: (now or {}).get(name, "") for name in changed},
+        )

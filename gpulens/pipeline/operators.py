@@ -1,0 +1,223 @@
+"""The worker's operators: what each reads, what it writes, and how it knows what it wrote.
+
+An operator is pure event-time logic (allocation windows, alerts, device changelog) behind
+one small contract, so the worker that runs them (merge, transactions, restarts) is written
+once. Each operator's state is checkpointed (:mod:`gpulens.pipeline.checkpointing`): a restart
+restores it instead of re-reading the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from gpulens.pipeline.alerting import AlertDetector, AlertRules
+from gpulens.pipeline.allocation import AllocationAggregator
+from gpulens.pipeline.checkpointing import Stateful, StateKey
+from gpulens.pipeline.device_changes import diff
+from gpulens.pipeline.latest_samples import LatestSamples
+from gpulens.pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
+from gpulens.pipeline.windows import TumblingWindows
+from gpulens.pipeline.workload_usage import WorkloadUsage
+from gpulens.schemas.model.models import (
+    ClusterGpuAllocation,
+    ClusterOverview,
+    DeviceInventory,
+    Event,
+    GpuSampleBatch,
+    Record,
+)
+from gpulens.schemas.model.topics import (
+    ALERTS,
+    CLUSTER_ALLOCATION,
+    CLUSTER_OVERVIEW,
+    CONTAINERS,
+    DEVICE_CHANGELOG,
+    DEVICE_INVENTORY,
+    GPU_SAMPLES,
+    NODE_ALLOCATION,
+    NODES,
+    PODS,
+    STATE_GPU_SAMPLES,
+    WATERMARKS,
+    WORKLOAD_USAGE,
+    WORKLOADS,
+    TopicSpec,
+)
+from gpulens.schemas.wire.sample_columns import SampleColumns
+
+INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_SAMPLES, WATERMARKS)
+"""At one instant, records are applied in this topic order (nodes before the pods on them, ...)."""
+
+Row = Record | Tombstone
+"""What an operator emits: a record, or the end of an entity on a compacted topic."""
+Given = Event | SampleColumns
+"""What an operator is given: an event, or a GPU sample batch the worker read by column
+(:mod:`gpulens.schemas.wire.sample_columns`), which stands for the GpuSampleBatch it holds."""
+
+
+class Operator(Protocol):
+    """Event-time logic the worker runs."""
+
+    name: str
+    """Names its state log: ``gpulens.worker.<group>.<name>.changelog``."""
+    inputs: tuple[TopicSpec, ...]
+    state: Stateful
+    """What a restart restores instead of re-reading the inputs."""
+
+    def advance(self, event: Given) -> Iterator[Sequence[Row]]:
+        """The rows of the windows ``event``'s time closes, one window at a time, lazily (a day's
+        gap is thousands of windows). State between two of them is a sound checkpoint: the
+        worker may commit there and, after a restart, give ``event`` again, which closes only
+        the windows left. ``process(event)`` afterwards returns only what the event itself causes."""
+        ...
+
+    def process(self, event: Given) -> Sequence[Row]:
+        """Rows caused by ``event`` (raises LateEvent for an event older than applied time)."""
+        ...
+
+    def output(self, row: Row) -> TopicSpec:
+        """The topic a row goes to."""
+        ...
+
+
+class _Unwindowed:
+    """An operator without windows: its work per event is bounded, nothing to close first."""
+
+    def advance(self, _event: Given) -> Iterator[Sequence[Row]]:
+        return iter(())
+
+
+class AllocationOperator:
+    """cluster_gpu_allocation and node_gpu_allocation windows."""
+
+    name = "allocation"
+
+    def __init__(self, windows: TumblingWindows, *, per_node: bool, overview: bool = False) -> None:
+        self.state = self._aggregator = AllocationAggregator(windows, per_node=per_node, overview=overview)
+        self.inputs = (NODES, PODS, GPU_SAMPLES, WATERMARKS) if overview else (NODES, PODS, WATERMARKS)
+
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
+        return self._aggregator.advance(event)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        return self._aggregator.process(event)
+
+    def output(self, row: Record) -> TopicSpec:
+        if isinstance(row, ClusterOverview):
+            return CLUSTER_OVERVIEW
+        return CLUSTER_ALLOCATION if isinstance(row, ClusterGpuAllocation) else NODE_ALLOCATION
+
+
+class WorkloadUsageOperator:
+    """workload_gpu_usage windows (Primus-Lens "GPU consumers")."""
+
+    name = "workloads"
+    inputs = (DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
+
+    def __init__(self, windows: TumblingWindows) -> None:
+        self.state = self._usage = WorkloadUsage(windows)
+
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
+        return self._usage.advance(event)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        return self._usage.process(event)
+
+    def output(self, _row: Record) -> TopicSpec:
+        return WORKLOAD_USAGE
+
+
+class AlertOperator(_Unwindowed):
+    """GpuIdle, GpuPodPending, NodeNotReady and GpuLost alerts."""
+
+    name = "alerts"
+    inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES)
+
+    def __init__(self, rules: AlertRules) -> None:
+        self.state = self._detector = AlertDetector(rules)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        return self._detector.process(event)
+
+    def output(self, _row: Record) -> TopicSpec:
+        return ALERTS
+
+
+class DeviceChangelogOperator(_Unwindowed):
+    """DeviceChange records from successive inventories of each node.
+
+    Its state, ``["inventory", cluster, node]``, is each node's last inventory as JSON; it is
+    written only when the devices changed, since an equal inventory diffs the same.
+    """
+
+    name = "changelog"
+    inputs = (DEVICE_INVENTORY,)
+
+    def __init__(self) -> None:
+        self.state = self
+        self._last: dict[tuple[str, str], DeviceInventory] = {}
+        self._changed: set[StateKey] = set()
+
+    def process(self, event: Given) -> Sequence[Record]:
+        assert isinstance(event, DeviceInventory)
+        key = (event.cluster, event.node)
+        before = self._last.get(key)
+        changes = list(diff(before, event))
+        self._last[key] = event
+        if changes or before is None:
+            self._changed.add(("inventory", *key))
+        return changes
+
+    def output(self, _row: Record) -> TopicSpec:
+        return DEVICE_CHANGELOG
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        return (("inventory", *key) for key in self._last)
+
+    def dump(self, key: StateKey) -> Any:
+        inventory = self._last.get((key[1], key[2]))
+        return None if inventory is None else inventory.model_dump(mode="json")
+
+    def load(self, key: StateKey, value: Any) -> None:
+        self._last[(key[1], key[2])] = DeviceInventory.model_validate(value)
+
+
+class LatestSamplesOperator(_Unwindowed):
+    """Each node's newest GPU sample batch on a compacted topic, at most one per interval."""
+
+    name = "latest"
+    inputs = (GPU_SAMPLES,)
+
+    def __init__(self, every_ms: int) -> None:
+        self.state = self._latest = LatestSamples(every_ms)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        assert isinstance(event, GpuSampleBatch | SampleColumns)
+        return self._latest.process(event)
+
+    def output(self, _row: Record) -> TopicSpec:
+        return STATE_GPU_SAMPLES
+
+
+class StateOperator(_Unwindowed):
+    """Compacted state topics: pods, nodes, device inventories, containers, workloads."""
+
+    name = "state"
+    inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS)
+
+    def __init__(self) -> None:
+        self.state = self._tables = StateTables()
+
+    def process(self, event: Given) -> Sequence[Row]:
+        assert isinstance(event, Event)  # its inputs hold no GPU samples
+        return self._tables.process(event)
+
+    def output(self, row: Row) -> TopicSpec:
+        if isinstance(row, Tombstone):
+            return row.topic
+        return STATE_TOPIC_OF[type(row)]

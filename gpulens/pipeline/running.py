@@ -1,0 +1,653 @@
+"""The stream worker: runs operators over the event topics in event time, exactly once.
+
+Every cycle is one Kafka transaction holding the rows produced, the dead letters, the state
+each operator changed and the input offsets (:mod:`gpulens.pipeline.checkpointing`), so a crash (even
+SIGKILL) leaves either all of a cycle or none of it. A restart restores the operators' state
+from their state logs and reads on from the checkpointed offsets: its cost follows the live
+state, not the history, and the inputs' retention no longer bounds what state can hold. Only
+a worker with no checkpoint at all (a new group) reads its inputs from the beginning.
+
+Event time comes from the sources' watermarks (:mod:`gpulens.pipeline.event_time`): records are
+released per cluster in event-time order once below the smallest watermark of its live sources
+minus the allowed lateness; a state change older than what was already released is applied at
+that instant and reported, never dropped; operators see a cluster's final watermark once every
+source of it has sent its own. Clusters without watermarks fall back to the partition rule of
+:mod:`gpulens.pipeline.merging`. A record whose event time is out of bounds (far ahead of the wall clock
+and of its cluster, before 2000, or far behind what its cluster released: see
+:class:`~gpulens.pipeline.event_time.EventTimeBounds`) is dead-lettered as ``event-time-out-of-bounds``
+before it can move any clock.
+
+Work per record is bounded: the windows a record's time closes (a day's gap on a large cluster
+is millions of rows) come from the operators one window at a time (``Operator.advance``), are
+published as they come, and the cycle is committed between two windows when it is full, the
+record itself still counting as unprocessed; a restart gives it again and the operators close
+only the windows left. A stop (SIGTERM) is checked between records and between windows: the
+cycle in flight is aborted, so the worker exits within about one window's work, and a restart
+redoes that cycle from the last commit.
+
+One worker owns every partition of its inputs: cluster-level windows need every pod of a
+cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
+of its own (its own ``--group``), and one worker group per output topic: two groups writing
+the same outputs would both publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from prometheus_client import Counter, Gauge
+
+from gpulens.pipeline.alignment import Alignment
+from gpulens.pipeline.checkpointing import Checkpoint, Stateful
+from gpulens.pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
+from gpulens.pipeline.exceptions import CycleAborted, LateEvent, PipelineError
+from gpulens.pipeline.hanging_transactions import HangingTransactionReaper
+from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
+from gpulens.pipeline.operators import INPUT_ORDER, Given, Operator, Row
+from gpulens.pipeline.positions import InputPositions
+from gpulens.pipeline.state_tables import Tombstone
+from gpulens.pipeline.windows import from_ms, to_ms
+from gpulens.schemas.kafka.consuming import NO_RESET, IdlePartitions, LagMonitor, resume_at_nearest
+from gpulens.schemas.kafka.dead_letters import DeadLetterPublisher
+from gpulens.schemas.kafka.producing import produce_with_backpressure
+from gpulens.schemas.kafka.retrying import is_transient, retry_transient, transient_failure
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.sharding import UNSHARDED, Shard
+from gpulens.schemas.model.exceptions import DecodeError, DecodeFailure
+from gpulens.schemas.model.models import (
+    ContainerEvent,
+    DeviceInventory,
+    Event,
+    NodeEvent,
+    PodEvent,
+    Watermark,
+    WorkloadEvent,
+)
+from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
+from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.sample_columns import NativeSampleDecoder, SampleColumns
+
+log = logging.getLogger(__name__)
+
+
+class _OffsetOnly:
+    """Stands in the merge for a record no operator sees (a cluster another shard keeps, a
+    source's watermark): only its offset counts."""
+
+
+@dataclass(frozen=True, slots=True)
+class _OutOfBounds:
+    """A record whose event time is out of bounds: dead-lettered in its place, applied nowhere."""
+
+    record: Event
+    detail: str
+
+
+OFFSET_ONLY = _OffsetOnly()
+Input = Given | DecodeError | _OffsetOnly | _OutOfBounds
+STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerEvent)
+"""Records that change state: never dropped as late (see ``StreamWorker._take``)."""
+
+RESTORED = Gauge("gpulens_worker_restored_state_keys", "State keys restored from the state logs at start.")
+RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
+ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
+LATE = Counter("gpulens_worker_late_events_total", "Events older than applied event time (sent to the DLQ).")
+LATE_STATE = Counter(
+    "gpulens_worker_late_state_changes_total",
+    "State changes older than their cluster's released event time: applied at that time, not dropped.",
+)
+OUT_OF_BOUNDS = Counter(
+    "gpulens_worker_event_time_out_of_bounds_total",
+    "Records whose event time is out of bounds (sent to the DLQ as event-time-out-of-bounds).",
+    ["topic"],
+)
+WAITING = Gauge(
+    "gpulens_worker_buffered_records", "Records buffered until their cluster's event time passes them."
+)
+WAITING_PEAK = Gauge("gpulens_worker_buffered_records_peak", "The most records buffered at once since start.")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How the worker runs."""
+
+    group_id: str = "gpulens-worker"
+    idle_ms: int = 3_000
+    """Clusters without watermarks: how long a partition at its end may stay quiet before the
+    others go on without it."""
+    source_timeout_s: float = 10.0
+    """A source silent this long (wall time) stops holding its cluster's event time back."""
+    allowed_lateness_ms: int = 0
+    """Records are released this far behind their cluster's event time (from watermarks)."""
+    hold_records: int = 50_000
+    """Records held past which partitions running ahead in event time are paused
+    (:mod:`gpulens.pipeline.alignment`)."""
+    cycle_s: float = 1.0
+    """Longest time between two transaction commits."""
+    cycle_records: int = 20_000
+    """Records processed plus rows published that fill a cycle (a gap's rows count too)."""
+    report_s: float = 10.0
+    """How often progress is logged."""
+    shard: Shard = UNSHARDED
+    """Which clusters this worker keeps (by record key); every one by default."""
+    bounds: EventTimeBounds = DEFAULT_BOUNDS
+    """Event times the worker applies; records outside go to the DLQ."""
+    hanging_transaction_s: float | None = 75.0
+    """A transaction open this long on a partition the worker writes (its first record the
+    partition's last stable offset all along, the broker answering) is aborted: a broker that
+    forgot it (noida-db after a SIGKILL) never would. Above librdkafka's default
+    ``transaction.timeout.ms`` (60 s), after which Apache Kafka aborts it itself. ``None``: left
+    to the broker (a real Kafka's coordinator), and nothing is aborted at restore either."""
+
+
+class StreamWorker:
+    """Runs operators over their input topics, one transaction per cycle."""
+
+    def __init__(
+        self, kafka: KafkaSettings, codec: AvroCodec, operators: list[Operator], options: WorkerOptions
+    ) -> None:
+        self._codec = codec
+        self._kafka = kafka
+        self._options = options
+        self._operators = operators
+        wanted = {spec.name for op in operators for spec in op.inputs}
+        self._inputs = tuple(spec for spec in INPUT_ORDER if spec.name in wanted)
+        self._routes = {spec.name: [op for op in operators if spec in op.inputs] for spec in self._inputs}
+        self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
+        """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
+        self._consumer = Consumer(
+            kafka.librdkafka(
+                **{
+                    "group.id": options.group_id,
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    # a checkpointed offset out of range resumes at the nearest valid one (_take)
+                    "auto.offset.reset": NO_RESET,
+                }
+            )
+        )
+        partitions = self._partitions()
+        self._fence(
+            kafka,
+            retry_transient(lambda: self._consumer.committed(partitions, timeout=30), operation="committed"),
+        )
+        self._incarnation = f"{options.group_id}-{uuid.uuid4().hex[:12]}"
+        self._producer = Producer(
+            kafka.librdkafka(**{"transactional.id": self._incarnation, "linger.ms": 20, "acks": "all"})
+        )
+        self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
+        self._last_ms: dict[tuple[str, int], int] = {}
+        self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
+        self._merges: dict[str, EventTimeMerge[Input]] = {}
+        self._clocks = EventClocks(
+            source_timeout_s=options.source_timeout_s, allowed_lateness_ms=options.allowed_lateness_ms
+        )
+        self._shard = options.shard if options.shard.count > 1 else None
+        self._rank = {spec.name: rank for rank, spec in enumerate(self._inputs)}
+        self._specs = {spec.name: spec for spec in self._inputs}
+        self._records_in = {spec.name: RECORDS_IN.labels(spec.name) for spec in self._inputs}
+        self._positions = InputPositions()
+        parts: dict[str, Stateful] = {op.name: op.state for op in operators}
+        self._checkpoint = Checkpoint(
+            kafka,
+            self._producer,
+            self._consumer,
+            group_id=options.group_id,
+            parts=parts | {"positions": self._positions, "clocks": self._clocks},
+            abort_forgotten=options.hanging_transaction_s is not None,
+        )
+        self._reaper = HangingTransactionReaper(
+            kafka, options.group_id, after_s=options.hanging_transaction_s
+        )
+        self._reaper.watch([*self._checkpoint.topics, DLQ.name])
+        self._written: set[str] = set()
+        """Topics this worker has published to (watched for hanging transactions)."""
+        started = time.monotonic()
+        restored = self._checkpoint.restore()
+        RESTORED.set(restored)
+        cold = not self._positions.restart
+        self._fetched: dict[tuple[str, int], int] = {
+            (tp.topic, tp.partition): self._positions.restart.get((tp.topic, tp.partition), 0)
+            for tp in partitions
+        }
+        """Next offset to fetch per partition."""
+        self._consumer.assign(
+            [
+                TopicPartition(
+                    tp.topic,
+                    tp.partition,
+                    OFFSET_BEGINNING if cold else self._fetched[(tp.topic, tp.partition)],
+                )
+                for tp in partitions
+            ]
+        )
+        self._idle = IdlePartitions(self._consumer)
+        self._alignment = Alignment(
+            self._consumer, self._ends, self._last_ms, from_buffered=options.hold_records
+        )
+        self._producer.init_transactions(30)
+        self._checkpoint.begin()
+        self._pending = 0
+        self._peak_buffered = 0
+        self._released: list[Stamped[Input]] = []
+        """Records the current merge released, processed up to ``_finished`` (excluded)."""
+        self._finished = 0
+        self.processed = 0
+        """Records processed since start."""
+        self.published = 0
+        """Rows published since start."""
+        self._reported = (time.monotonic(), 0)
+        self._commit(claim=True)  # before this incarnation publishes anything
+        if cold:
+            log.info("worker %s: no checkpoint, reading the inputs from the beginning", options.group_id)
+        else:
+            log.info(
+                "worker %s: restored %d state keys in %.2f s; reading on from the checkpointed offsets",
+                options.group_id,
+                restored,
+                time.monotonic() - started,
+            )
+
+    def _fence(self, kafka: KafkaSettings, committed: list[TopicPartition]) -> None:
+        """Abort what the previous incarnation left open, and stop it if it still runs.
+
+        Each incarnation has its own transactional id, named in the metadata of the offsets it
+        commits. A transactional id is never reused after a crash: noida-db keeps listing the
+        aborted transaction in later fetches, and read_committed consumers positioned past it
+        then skip every later record of that producer (measured: the rows of a restarted worker
+        never reached a running sink).
+        """
+        for previous in sorted({tp.metadata for tp in committed if tp.metadata}):
+            log.info("worker %s: fencing the previous incarnation %s", self._options.group_id, previous)
+            Producer(kafka.librdkafka(**{"transactional.id": previous})).init_transactions(30)
+
+    def _drained(self, partition: tuple[str, int]) -> bool:
+        """At its end; a broker that does not answer in time leaves it not drained for now."""
+        try:
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(*partition), timeout=5, cached=False
+            )
+        except KafkaException as err:
+            if not is_transient(err):
+                raise
+            transient_failure("end offset", err)
+            return False
+        return bool(high <= self._fetched.get(partition, 0))
+
+    def _end_offsets(self) -> dict[tuple[str, int], int] | None:
+        """The broker's end offset of every input partition now (a barrier for watermarks read);
+        None when the broker did not answer in time (the barrier waits for the next step)."""
+        ends = {}
+        try:
+            for partition in self._ends.since:
+                _, ends[partition] = self._consumer.get_watermark_offsets(
+                    TopicPartition(*partition), timeout=5, cached=False
+                )
+        except KafkaException as err:
+            if not is_transient(err):
+                raise
+            transient_failure("end offsets", err)
+            return None
+        return ends
+
+    def _stamped_from(self, at_ms: int) -> dict[tuple[str, int], int]:
+        """Per input partition, the first offset stamped at ``at_ms`` or later (where there is one)."""
+        asked = [TopicPartition(t, p, at_ms) for t, p in self._ends.since]
+        try:
+            found = self._consumer.offsets_for_times(asked, timeout=5)
+        except KafkaException as err:  # the end offsets alone still make a sound barrier
+            log.warning("offsets by time unavailable (%s): barriers wait for the end offsets", err)
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
+    def _partitions(self) -> list[TopicPartition]:
+        metadata = retry_transient(
+            lambda: self._consumer.list_topics(timeout=30), operation="metadata"
+        ).topics
+        missing = [spec.name for spec in self._inputs if spec.name not in metadata]
+        if missing:
+            raise PipelineError(f"input topics missing: {', '.join(missing)}; run `gpulens topics create`")
+        return [
+            TopicPartition(spec.name, p)
+            for spec in self._inputs
+            for p in sorted(metadata[spec.name].partitions)
+        ]
+
+    def run(self, stop: threading.Event) -> None:
+        """Process until ``stop`` is set; commits what was processed before returning."""
+        partitions = [TopicPartition(t, p) for t, p in self._ends.since]
+        lag = LagMonitor(self._kafka, self._options.group_id, partitions).start()
+        reaper = self._reaper.start()
+        try:
+            while not stop.is_set():
+                if not self.step(stop=stop):
+                    self._abort(stop)
+                    return
+            self._commit(stop=stop)
+        except KafkaException as err:
+            if not stop.is_set() or not is_transient(err):
+                raise
+            log.warning("stopping with the broker away (%s): a restart redoes the open cycle", err)
+        finally:
+            reaper.stop()
+            lag.stop()
+            self._consumer.close()
+
+    def step(self, timeout: float = 0.2, *, stop: threading.Event | None = None) -> bool:
+        """Fetch, merge, process what is ready, and commit when the cycle is full or old.
+
+        False when ``stop`` was set before the records released were all processed: the cycle
+        in flight is then half done, and the caller must abort it (:meth:`run` does).
+        """
+        messages = self._consumer.consume(self._idle.batch(self._alignment.fetch_size), timeout)
+        for message, columns in zip(messages, self._read_samples(messages), strict=True):
+            self._take(message, columns)
+        self._idle.tick()
+        ends = self._end_offsets() if self._clocks.wants_barrier else None
+        if ends is not None:
+            self._clocks.barrier(ends, self._stamped_from)
+        self._clocks.settle(self._fetched)
+        for cluster, merge in list(self._merges.items()):
+            items = self._released = merge.release(self._clocks.limit(cluster))
+            # A source's watermark is the worker's business; operators hear only the end of a
+            # cluster: the last final watermark, once every source of it has sent one.
+            last = len(items) - 1 if items and self._clocks.ended(cluster) else -1
+            for index, item in enumerate(items):
+                self._finished = index
+                if stop is not None and stop.is_set():
+                    return False
+                if isinstance(item.record, Watermark) and not (index == last and item.record.final):
+                    item = replace(item, record=OFFSET_ONLY)
+                self._clocks.released(cluster, item.event_ms)
+                if not self._process(item, cluster, stop):
+                    return False
+                self._finished = index + 1
+                if self._pending >= self._options.cycle_records:
+                    self._commit(stop=stop)
+            self._released = []
+        buffered = sum(m.buffered for m in self._merges.values())
+        WAITING.set(buffered)
+        if buffered > self._peak_buffered:
+            self._peak_buffered = buffered
+            WAITING_PEAK.set(buffered)
+        self._alignment.tick(buffered)
+        if self._alignment.paused:
+            self._clocks.hold_silence()
+        if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
+            self._commit(stop=stop)
+        return True
+
+    def _report(self) -> None:
+        now, before = time.monotonic(), self._reported
+        rate = (self.processed - before[1]) / max(now - before[0], 1e-9)
+        waiting = [f"{t}/{p}" for (t, p), since in self._ends.since.items() if since is None]
+        log.info(
+            "processed %d records (%.0f/s), published %d rows, %d buffered%s",
+            self.processed,
+            rate,
+            self.published,
+            sum(m.buffered for m in self._merges.values()),
+            f", waiting on {', '.join(waiting[:5])}" if waiting else "",
+        )
+        self._reported = (now, self.processed)
+
+    def _read_samples(self, messages: list[Message]) -> list[SampleColumns | None]:
+        """Per message, its GPU sample batch read by column where the fetch holds enough of them
+        (None: decoded one by one, as every other record)."""
+        decoded: list[SampleColumns | None] = [None] * len(messages)
+        if self._columns is None:
+            return decoded
+        shard = self._shard
+        at = [
+            i
+            for i, m in enumerate(messages)
+            if m.topic() == GPU_SAMPLES.name
+            and m.error() is None
+            and (shard is None or shard.owns_key(m.key()))
+        ]
+        for i, columns in zip(
+            at, self._columns.decode([messages[i].value() or b"" for i in at]), strict=True
+        ):
+            decoded[i] = columns
+        return decoded
+
+    def _take(self, message: Message, columns: SampleColumns | None = None) -> None:
+        topic, partition = message.topic() or "", message.partition() or 0
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._fetched[(topic, partition)] = message.offset() or 0
+                self._ends.reached((topic, partition))
+                self._idle.at_end(topic, partition)
+                return
+            if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                offset = resume_at_nearest(
+                    self._consumer,
+                    message,
+                    group=self._options.group_id,
+                    unknown=lambda t, p: self._fetched[(t, p)],
+                )
+                if offset < self._fetched[(topic, partition)]:
+                    self._positions.rewound(topic, partition, offset)
+                self._fetched[(topic, partition)] = offset
+                return
+            if not is_transient(error):
+                raise PipelineError(f"{topic}/{partition}: {error.str()}")
+            log.warning("transient consume error: %s", error.str())
+            return
+        offset = message.offset() or 0
+        self._fetched[(topic, partition)] = offset + 1
+        self._idle.received(topic, partition)
+        record: Input
+        key = message.key()
+        try:
+            if self._shard is not None and not self._shard.owns_key(key):
+                record, event_ms, cluster = OFFSET_ONLY, self._last_ms.get((topic, partition), 0), ""
+            else:
+                record = (
+                    columns
+                    if columns is not None
+                    else self._codec.decode(self._specs[topic], message.value() or b"")
+                )  # type: ignore[assignment]
+                if self._shard is not None:
+                    _check_key(key, record)
+                event_ms, cluster = to_ms(record.event_time), record.cluster
+                beyond = self._options.bounds.violation(
+                    event_ms,
+                    now_ms=round(time.time() * 1000),
+                    newest_ms=self._clocks.newest_ms(cluster),
+                    released_ms=self._clocks.released_ms(cluster),
+                    watermark=isinstance(record, Watermark),
+                )
+                if beyond is not None:  # it moves no clock and keeps its partition's place
+                    exact = record.batch() if isinstance(record, SampleColumns) else record
+                    record = _OutOfBounds(exact, beyond)
+                    event_ms = self._last_ms.get((topic, partition), 0)
+                elif isinstance(record, Watermark):
+                    self._last_ms[(topic, partition)] = event_ms
+                    kind, stamped = message.timestamp()
+                    self._clocks.watermark(
+                        cluster, record.source, event_ms, final=record.final,
+                        produced_ms=stamped if kind == TIMESTAMP_CREATE_TIME else None,
+                    )  # fmt: skip
+                else:
+                    self._last_ms[(topic, partition)] = event_ms
+                    self._clocks.heard(cluster, record.source)
+                    released = self._clocks.released_ms(cluster)
+                    if released is not None and event_ms < released and isinstance(record, STATE_CHANGES):
+                        record, event_ms = _restamp(record, released), released
+        except DecodeError as err:
+            record, event_ms, cluster = err, self._last_ms.get((topic, partition), 0), ""
+        if self._positions.seen(cluster, topic, partition, offset):
+            return  # processed before the restart (another cluster held the restart offset back)
+        stamped = Stamped(event_ms, self._rank[topic], partition, offset, topic, record, key, message.value())
+        if not cluster:
+            # An undecodable record, or another shard's: no clock orders it, so it is dead-lettered
+            # or passed over now (it waited for every partition's end in a merge of its own: 200,000
+            # junk records stalled the worker for a minute). The offset committed past it still
+            # never skips a record of another cluster waiting in its merge (see _commit).
+            self._process(stamped, cluster, None)
+            return
+        merge = self._merges.get(cluster)
+        if merge is None:
+            merge = self._merges[cluster] = EventTimeMerge(self._ends, idle_ms=self._options.idle_ms)
+        merge.add(stamped)
+
+    def _process(self, item: Stamped[Input], cluster: str, stop: threading.Event | None) -> bool:
+        """Process one released record; False when ``stop`` came while its windows closed."""
+        record = item.record
+        self.processed += 1
+        self._pending += 1
+        if record is OFFSET_ONLY:
+            self._positions.processed(cluster, item.topic, item.partition, item.offset)
+            return True
+        self._records_in[item.topic].inc()
+        if isinstance(record, DecodeError | _OutOfBounds):
+            self._dead_letter(item, record)
+            self._positions.processed(cluster, item.topic, item.partition, item.offset)
+            return True
+        assert isinstance(record, Event | SampleColumns)
+        if isinstance(record, Watermark) and record.final:
+            log.info(
+                "final watermark of cluster %s at %s: closing its windows", record.cluster, record.event_time
+            )
+        operators = self._routes[item.topic]
+        for operator in operators:
+            for window in operator.advance(record):
+                self._publish(operator, window)
+                if stop is not None and stop.is_set():
+                    return False
+                if self._pending >= self._options.cycle_records or (
+                    time.monotonic() - self._cycle_started >= self._options.cycle_s
+                ):
+                    self._commit(stop=stop)  # between two windows, this record still unprocessed
+        late: LateEvent | None = None
+        for operator in operators:
+            try:
+                rows = operator.process(record)
+            except LateEvent as err:
+                late, rows = err, []
+            self._publish(operator, rows)
+        if late is not None:
+            LATE.inc()
+            self._dlq.send_read(item, "late-event", str(late))
+        self._positions.processed(cluster, item.topic, item.partition, item.offset)
+        return True
+
+    def _dead_letter(self, item: Stamped[Input], record: DecodeError | _OutOfBounds) -> None:
+        if isinstance(record, DecodeError):
+            reason, detail = record.reason.value, record.detail
+        else:
+            OUT_OF_BOUNDS.labels(item.topic).inc()
+            event = record.record
+            reason = "event-time-out-of-bounds"
+            detail = f"{type(event).__name__} {event.event_id} of cluster {event.cluster}: {record.detail}"
+        self._dlq.send_read(item, reason, detail)
+
+    def _publish(self, operator: Operator, rows: Iterable[Row]) -> None:
+        for row in rows:
+            spec = operator.output(row)
+            self._produce(spec, row)
+            ROWS_OUT.labels(spec.name).inc()
+            self.published += 1
+            self._pending += 1
+
+    def _produce(self, spec: TopicSpec, row: Row) -> None:
+        if isinstance(row, Tombstone):
+            key, value = row.key, None
+        else:
+            key, value = record_key(spec, row), self._codec.encode(spec, row)
+        if spec.name not in self._written:
+            self._written.add(spec.name)
+            self._reaper.watch([spec.name])
+        produce_with_backpressure(self._producer, spec.name, key=key, value=value)
+
+    def _commit(self, *, claim: bool = False, stop: threading.Event | None = None) -> None:
+        """Commit the cycle, waiting while the broker is away (until ``stop``); ``claim``: name
+        this incarnation in every partition's offsets."""
+        restart = dict(self._fetched)
+        for merge in self._merges.values():
+            for partition, first in merge.first_offsets().items():
+                restart[partition] = min(restart[partition], first)
+        for item in self._released[self._finished :]:  # released, not (fully) processed yet
+            partition = (item.topic, item.partition)
+            restart[partition] = min(restart[partition], item.offset)
+        moved = self._positions.advance(restart)
+        offsets = restart if claim else moved
+        self._checkpoint.commit(
+            [TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in offsets.items()], stop=stop
+        )
+        self._checkpoint.begin()
+        self._pending = 0
+        self._cycle_started = time.monotonic()
+        if time.monotonic() - self._reported[0] >= self._options.report_s:
+            self._report()  # here, not per step: one step may last long (a catch-up, a gap)
+
+    def _abort(self, stop: threading.Event) -> None:
+        """Stopped mid-cycle: drop the cycle in flight; a restart redoes it from the last commit."""
+        log.info("stopped mid-cycle: aborting the transaction in flight (%d records and rows)", self._pending)
+        self._checkpoint.abort(stop=stop)
+
+
+def run_worker(
+    kafka: KafkaSettings,
+    codec: AvroCodec,
+    operators: Callable[[], list[Operator]],
+    options: WorkerOptions,
+    stop: threading.Event,
+) -> None:
+    """Run a worker until ``stop``. A cycle whose transaction the broker made abort
+    (:class:`~gpulens.pipeline.exceptions.CycleAborted`) left the operators' memory ahead of the last
+    checkpoint: a fresh worker with fresh ``operators()`` restores that checkpoint and redoes
+    the cycle, in this process, instead of an exit and a supervisor's restart."""
+    while True:
+        try:
+            StreamWorker(kafka, codec, operators(), options).run(stop)
+            return
+        except CycleAborted as err:
+            log.warning("%s: starting again from the last checkpoint", err)
+
+
+def _restamp(record: Event, released_ms: int) -> Event:
+    """A state change older than what its cluster already released: applied now, and reported.
+
+    Dropping it would leave state wrong from then on (a node never added, a pod never deleted);
+    applied at the released instant it fixes state, and the windows it would have changed say so.
+    """
+    LATE_STATE.inc()
+    log.warning(
+        "late %s %s of cluster %s at %s (source %s): applied at %s; windows from %s on closed without it",
+        type(record).__name__,
+        record.event_id,
+        record.cluster,
+        record.event_time.isoformat(),
+        record.source,
+        from_ms(released_ms).isoformat(),
+        record.event_time.isoformat(),
+    )
+    return record.model_copy(update={"event_time": from_ms(released_ms)})
+
+
+def _check_key(key: bytes | None, record: Given) -> None:
+    """A sharded worker places records by key: the key must name the record's cluster."""
+    cluster = record.cluster.encode()
+    if key != cluster and not (key or b"").startswith(cluster + b"/"):
+        raise DecodeError(
+            DecodeFailure.KEY_MISMATCH, f"key {key!r} does not name the record's cluster {record.cluster!r}"
+        )

@@ -1,0 +1,273 @@
+"""GPU consumers: per workload and window, GPUs held by its pods and how busy those GPUs were.
+
+A pod belongs to the last link of its owner chain (pod -> ReplicaSet -> Deployment counts
+for the Deployment); a bare pod is its own workload. GPUs held follow the DESIGN.md
+definitions (time-weighted, events of one instant applied together); utilization is the
+mean and max of the samples of GPUs its pods held when sampled (container -> GPU mapping).
+Rows are written for workloads that held GPUs or were sampled in the window.
+
+State is checkpointed key by key: ``["cluster", c]`` (window, instant), ``["pod", c, uid]`` (its
+workload and the milli-GPUs it holds), ``["usage", c, workload uid]`` (the window's series and
+samples) and ``["holders", c, ...]`` (which pod holds which GPU, see :mod:`gpulens.pipeline.holders`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulens.pipeline.checkpointing import StateKey
+from gpulens.pipeline.exceptions import LateEvent
+from gpulens.pipeline.holders import GpuHolders
+from gpulens.pipeline.state_tables import workload_chain
+from gpulens.pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import (
+    ChangeType,
+    ContainerEvent,
+    DeviceInventory,
+    Event,
+    GpuSampleBatch,
+    PodEvent,
+    Watermark,
+    WorkloadGpuUsage,
+)
+from gpulens.schemas.wire.sample_columns import SampleColumns, event_name, readings
+
+
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+
+
+@dataclass(slots=True)
+class _Usage:
+    series: HeldAmount
+    held: int = 0
+    pods: int = 0
+    util_sum: float = 0.0
+    util_count: int = 0
+    util_max: float | None = None
+
+
+@dataclass
+class _Cluster:
+    name: str
+    window_start: int
+    instant: int
+    holders: GpuHolders = field(default_factory=GpuHolders)
+    pods: dict[str, tuple[_Workload, int]] = field(default_factory=dict)
+    """uid of a pod holding GPUs -> (its workload, milli-GPUs)."""
+    workload_of: dict[str, _Workload] = field(default_factory=dict)
+    """uid of any known pod -> its workload (samples find workloads through it)."""
+    usage: dict[str, _Usage] = field(default_factory=dict)
+    workloads: dict[str, _Workload] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+
+
+class WorkloadUsage:
+    """workload_gpu_usage rows from pod, container, inventory and sample events."""
+
+    def __init__(self, windows: TumblingWindows) -> None:
+        self.windows = windows
+        self._clusters: dict[str, _Cluster] = {}
+        self._changed: set[StateKey] = set()
+
+    def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
+        """Apply one event; returns the rows of the windows its time closed (all of them:
+        :meth:`advance` first hands them over one by one)."""
+        rows = [row for window in self.advance(event) for row in window]
+        at = to_ms(event.event_time)
+        cluster = self._clusters.get(event.cluster)
+        self._changed.add(("cluster", event.cluster))
+        if cluster is None:
+            cluster = self._clusters[event.cluster] = _Cluster(event.cluster, self.windows.start_of(at), at)
+        elif at < cluster.instant:
+            raise LateEvent(
+                f"{event_name(event)} at {event.event_time.isoformat()} is older than applied time"
+            )
+        elif at > cluster.instant:
+            self._settle(cluster)
+            cluster.instant = at
+        if isinstance(event, PodEvent):
+            self._pod(cluster, event)
+        elif isinstance(event, GpuSampleBatch | SampleColumns):
+            self._samples(cluster, event)
+        elif isinstance(event, ContainerEvent):
+            cluster.holders.container(event)
+        elif isinstance(event, DeviceInventory):
+            cluster.holders.inventory(event)
+        elif isinstance(event, Watermark) and event.final and cluster.window_start <= at:
+            self._settle(cluster)
+            rows += self._close_window(cluster)  # the window holding the final watermark
+        return rows
+
+    def advance(self, event: Event | SampleColumns) -> Iterator[list[WorkloadGpuUsage]]:
+        """Close the windows that end by ``event``'s time, one window's rows at a time, before it
+        is processed. Settling applies only the series touched since (none, the second time),
+        so state checkpointed between two windows goes on from there, and an event given again
+        after a restart closes only what is left. Lazy: a day's gap is not built as one list."""
+        at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
+        if cluster is None or at <= cluster.instant:
+            return
+        self._changed.add(("cluster", cluster.name))
+        self._settle(cluster)
+        while cluster.window_start + self.windows.size_ms <= at:
+            yield self._close_window(cluster)
+
+    def _usage(self, cluster: _Cluster, workload: _Workload) -> _Usage:
+        self._changed.add(("usage", cluster.name, workload.uid))
+        cluster.workloads[workload.uid] = workload
+        usage = cluster.usage.get(workload.uid)
+        if usage is None:
+            usage = cluster.usage[workload.uid] = _Usage(HeldAmount(since=cluster.window_start))
+        return usage
+
+    def _pod(self, cluster: _Cluster, pod: PodEvent) -> None:
+        top = workload_chain(pod)[-1]
+        workload = _Workload(top.uid, top.kind, top.name, pod.namespace)
+        if pod.type == ChangeType.DELETED:  # what state holds follows the pods that exist
+            cluster.workload_of.pop(pod.uid, None)
+        else:
+            cluster.workload_of[pod.uid] = workload
+        self._changed.add(("pod", cluster.name, pod.uid))
+        previous = cluster.pods.pop(pod.uid, None)
+        if previous is not None:
+            usage = self._usage(cluster, previous[0])
+            usage.held -= previous[1]
+            usage.pods -= 1
+            cluster.touched.add(previous[0].uid)
+        if pod.holds_gpus:
+            amount = milli(pod.gpu_amount)
+            cluster.pods[pod.uid] = (workload, amount)
+            usage = self._usage(cluster, workload)
+            usage.held += amount
+            usage.pods += 1
+            cluster.touched.add(workload.uid)
+
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
+        last: _Workload | None = None
+        for device_id, utilization in readings(batch):
+            if utilization is None:
+                continue
+            holder = cluster.holders.holder(device_id)
+            workload = cluster.workload_of.get(holder.uid or "") if holder else None
+            if workload is None:
+                continue
+            if workload is not last:  # a node's GPUs mostly serve one pod: its usage, looked up once
+                usage, last = self._usage(cluster, workload), workload
+            usage.util_sum += utilization
+            usage.util_count += 1
+            usage.util_max = max(usage.util_max or 0.0, utilization)
+
+    def _settle(self, cluster: _Cluster) -> None:
+        for uid in cluster.touched:
+            self._changed.add(("usage", cluster.name, uid))
+            usage = cluster.usage[uid]
+            usage.series.settle(cluster.instant, usage.held)
+        cluster.touched.clear()
+
+    def _close_window(self, cluster: _Cluster) -> list[WorkloadGpuUsage]:
+        """The rows of the cluster's current window; opens the next."""
+        start, end = cluster.window_start, cluster.window_start + self.windows.size_ms
+        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
+        self._changed.update(("usage", cluster.name, uid) for uid in cluster.usage)  # every series closes
+        rows: list[WorkloadGpuUsage] = []
+        for uid in sorted(cluster.usage):
+            usage = cluster.usage[uid]
+            series = usage.series
+            if series.peak == 0 and usage.util_count == 0:
+                del cluster.usage[uid]  # nothing held, nothing sampled: no row until it changes
+                continue
+            rows.append(self._row(cluster, cluster.workloads[uid], usage, start, end))
+        cluster.window_start = end
+        return rows
+
+    def _row(
+        self, cluster: _Cluster, workload: _Workload, usage: _Usage, start: int, end: int
+    ) -> WorkloadGpuUsage:
+        mean, maximum, last = usage.series.close(end, self.windows.size_ms)
+        row = WorkloadGpuUsage(
+            event_id=event_id(cluster.name, workload.uid, "workload_gpu_usage", start, end),
+            cluster=cluster.name,
+            workload_uid=workload.uid,
+            workload_kind=workload.kind,
+            workload_name=workload.name,
+            namespace=workload.namespace,
+            window_start=from_ms(start),
+            window_end=from_ms(end),
+            gpus_allocated_avg=mean,
+            gpus_allocated_max=maximum,
+            gpus_allocated_end=last,
+            utilization_avg=usage.util_sum / usage.util_count if usage.util_count else None,
+            utilization_max=usage.util_max,
+            samples=usage.util_count,
+            pods_active_end=usage.pods,
+        )
+        usage.util_sum, usage.util_count, usage.util_max = 0.0, 0, None
+        return row
+
+    # --- checkpoint (gpulens.pipeline.checkpointing.Stateful) -------------------------------------------
+
+    def changed(self) -> set[StateKey]:
+        changed, self._changed = self._changed, set()
+        for name, cluster in self._clusters.items():
+            changed.update(cluster.holders.take_changed(name))
+        return changed
+
+    def live(self) -> Iterator[StateKey]:
+        for name, cluster in self._clusters.items():
+            yield ("cluster", name)
+            yield from (("pod", name, uid) for uid in cluster.workload_of)
+            yield from (("usage", name, uid) for uid in cluster.usage)
+            yield from (("holders", name, *key) for key in cluster.holders.live())
+
+    def dump(self, key: StateKey) -> Any:
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            return None
+        kind = key[0]
+        if kind == "cluster":
+            return [cluster.window_start, cluster.instant, sorted(cluster.touched)]
+        if kind == "holders":
+            return cluster.holders.dump(key[2:])
+        if kind == "pod":
+            workload = cluster.workload_of.get(key[2])
+            held = cluster.pods.get(key[2])
+            return None if workload is None else [_fields(workload), None if held is None else held[1]]
+        usage = cluster.usage.get(key[2])
+        if usage is None:
+            return None
+        series = usage.series
+        return [
+            _fields(cluster.workloads[key[2]]), [series.since, series.value, series.integral, series.maximum],
+            usage.held, usage.pods, usage.util_sum, usage.util_count, usage.util_max,
+        ]  # fmt: skip
+
+    def load(self, key: StateKey, value: Any) -> None:
+        kind = key[0]
+        cluster = self._clusters.get(key[1])
+        if cluster is None:
+            cluster = self._clusters[key[1]] = _Cluster(key[1], 0, 0)
+        if kind == "cluster":
+            cluster.window_start, cluster.instant, touched = value
+            cluster.touched = set(touched)
+        elif kind == "holders":
+            cluster.holders.load(key[2:], value)
+        elif kind == "pod":
+            workload, amount = _Workload(*value[0]), value[1]
+            cluster.workload_of[key[2]] = workload
+            if amount is not None:
+                cluster.pods[key[2]] = (workload, amount)
+        else:
+            workload, series, *counts = value
+            cluster.workloads[key[2]] = _Workload(*workload)
+            cluster.usage[key[2]] = _Usage(HeldAmount(*series), *counts)
+
+
+def _fields(workload: _Workload) -> list[str]:
+    return [workload.uid, workload.kind, workload.name, workload.namespace]

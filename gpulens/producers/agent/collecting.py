@@ -1,0 +1,94 @@
+"""What the agent loop asks of a collector, whichever library or file tree stands behind it.
+
+Every collector is built cheaply and does nothing until :meth:`BaseCollector.start`, which
+raises :class:`~gpulens.producers.agent.exceptions.CollectorUnavailable` when the node lacks what the
+collector needs (a library, a driver, a socket, a sysfs tree): the agent then switches that
+collector off with one log line and carries on with the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from gpulens.schemas.model.models import DeviceAssignment, GpuDevice, GpuSample, RdmaDevice
+
+ContainerKey = tuple[str, str, str]
+"""(pod namespace, pod name, container name)."""
+
+
+@runtime_checkable
+class BaseCollector(Protocol):
+    """Started once, closed once; ``name`` labels its log lines and metrics."""
+
+    name: str
+
+    def start(self) -> None:
+        """Load the library / open the socket; :class:`CollectorUnavailable` if this node has none."""
+
+    def close(self) -> None:
+        """Release what :meth:`start` took (library handles, channels)."""
+
+
+@runtime_checkable
+class BaseGpuCollector(BaseCollector, Protocol):
+    """GPUs of one vendor: their static inventory and one sample of each per round."""
+
+    def gpus(self) -> list[GpuDevice]:
+        """Every GPU (and MIG device / partition) as the library sees it now."""
+
+    def samples(self) -> list[GpuSample]:
+        """One sample of every GPU, read now; unsupported readings are null."""
+
+
+@runtime_checkable
+class BaseRdmaCollector(BaseCollector, Protocol):
+    """RDMA / InfiniBand ports of the node."""
+
+    def ports(self) -> list[RdmaDevice]:
+        """Every port as the kernel reports it now."""
+
+
+@runtime_checkable
+class BaseAssignmentCollector(BaseCollector, Protocol):
+    """Which container holds which device (the kubelet's view)."""
+
+    def assignments(self) -> Mapping[ContainerKey, tuple[DeviceAssignment, ...]]:
+        """Devices held by each container now; containers without devices are left out."""
+
+
+def optional(errors: tuple[type[BaseException], ...], call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, or None when the library raises one of ``errors`` (reading not supported).
+
+    GPU libraries answer "not supported" per reading and per model (an MI300X has no edge
+    sensor, a MIG device no utilization): one missing reading must not cost the whole sample.
+    """
+    try:
+        return call(*args)
+    except errors:
+        return None
+
+
+def number(value: Any) -> float | None:
+    """A reading as a float; None for the libraries' "N/A" strings, other non-numbers, NaN and
+    infinities (which the event model refuses: one such reading must not cost the whole batch)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def integer(value: Any) -> int | None:
+    """A count or size reading as an int; None where :func:`number` gives None."""
+    value = number(value)
+    return None if value is None else int(value)
+
+
+def text(value: Any) -> str | None:
+    """A string reading, None when empty or "N/A"."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return None if value in ("", "N/A") else value

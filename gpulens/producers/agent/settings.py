@@ -1,0 +1,87 @@
+"""Settings of the node agent: what it collects, how often, and where it spools when Kafka is away."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpulens.producers.gateway.settings import GatewayClientSettings
+
+CollectorName = Literal["amd", "nvidia", "rdma", "pod-resources"]
+
+
+def _default_node() -> str:
+    # A DaemonSet passes spec.nodeName as NODE_NAME; on a bare machine the hostname is the node.
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+class AgentSettings(BaseModel):
+    """One agent per node: collectors, intervals, the spool and its own metrics endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str = Field(default_factory=_default_node, min_length=1, description="Node name in every record.")
+    source: str = Field(default="node-agent", min_length=1, description="`source` of every event.")
+    collectors: tuple[CollectorName, ...] = Field(
+        default=("amd", "nvidia", "rdma", "pod-resources"),
+        description="Collectors to try; each one whose library, socket or tree is missing switches off.",
+    )
+    sample_interval_s: float = Field(
+        default=5.0, gt=0, description="One GpuSampleBatch per node every this many seconds."
+    )
+    inventory_interval_s: float = Field(
+        default=600.0, gt=0, description="DeviceInventory is republished this often even when unchanged."
+    )
+    sysfs_root: Path = Field(
+        default=Path("/sys"), description="Root of sysfs; RDMA devices are read from class/infiniband."
+    )
+    pod_resources_socket: Path = Field(
+        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        description="Unix socket of the kubelet pod-resources API.",
+    )
+    pod_resources_timeout_s: float = Field(default=5.0, gt=0, description="Deadline of one List call.")
+    gpu_resource_patterns: tuple[str, ...] = Field(
+        default=("amd.com/gpu", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
+        description="Shell patterns of device-plugin resources that are GPUs.",
+    )
+    rdma_resource_patterns: tuple[str, ...] = Field(
+        default=("rdma/*",), description="Shell patterns of device-plugin resources that are RDMA devices."
+    )
+    spool_dir: Path = Field(
+        default=Path(".gpulens/agent-spool"),
+        description="Where records the broker did not acknowledge wait (a hostPath in the DaemonSet).",
+    )
+    spool_max_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        gt=0,
+        description="Spool bound; beyond it the oldest GPU samples go (inventory and containers never).",
+    )
+    transport: Literal["kafka", "gateway"] = Field(
+        default="kafka",
+        description="Publish straight to Kafka, or through the ingest gateway (agent.gateway) where "
+        "the node cannot reach the brokers.",
+    )
+    gateway: GatewayClientSettings = Field(
+        default_factory=GatewayClientSettings, description="The ingest gateway, for transport = gateway."
+    )
+    delivery_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long the producer (or the gateway client) tries a record before it goes to "
+        "the spool (message.timeout.ms).",
+    )
+    drain_batch: int = Field(default=1000, gt=0, description="Spooled records re-sent per pass.")
+    metrics_port: int = Field(
+        default=9402,
+        ge=0,
+        le=65535,
+        description="Port of the agent's /metrics (its health and its GPUs' gauges); 0 turns it off.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Address /metrics binds (0.0.0.0 in the DaemonSet, where Prometheus scrapes every node).",
+    )

@@ -1,0 +1,80 @@
+"""Definitions of the watched resource types: where they live in the API and what they become.
+
+Definitions only; :mod:`gpulens.producers.kubernetes.watching` runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpulens.producers.kubernetes.settings import WatcherSettings
+from gpulens.schemas.model.models import Event, NodeEvent, PodEvent, WorkloadEvent
+from gpulens.schemas.model.topics import NODES as NODE_TOPIC
+from gpulens.schemas.model.topics import PODS as POD_TOPIC
+from gpulens.schemas.model.topics import WORKLOADS as WORKLOAD_TOPIC
+from gpulens.schemas.model.topics import TopicSpec
+
+
+class Role(StrEnum):
+    """Which event a resource's objects become."""
+
+    NODE = "node"
+    POD = "pod"
+    WORKLOAD = "workload"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKind:
+    """One watched resource type."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    role: Role
+    namespaced: bool = True
+
+    @property
+    def key(self) -> str:
+        """A name unique across groups, as kubectl spells it: ``Deployment.apps``, ``Pod``."""
+        return kind_key(self.group, self.kind)
+
+    def path(self, namespace: str | None = None) -> str:
+        """The collection URL path, cluster-wide or in ``namespace``."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        scope = f"/namespaces/{namespace}" if namespace and self.namespaced else ""
+        return f"{base}{scope}/{self.plural}"
+
+
+def kind_key(group: str, kind: str) -> str:
+    """:attr:`ResourceKind.key` from a group and a kind (also for events read back from topics)."""
+    return f"{kind}.{group}" if group else kind
+
+
+NODES = ResourceKind("", "v1", "nodes", "Node", Role.NODE, namespaced=False)
+PODS = ResourceKind("", "v1", "pods", "Pod", Role.POD)
+BUILTIN_WORKLOADS: tuple[ResourceKind, ...] = (
+    ResourceKind("apps", "v1", "deployments", "Deployment", Role.WORKLOAD),
+    ResourceKind("apps", "v1", "replicasets", "ReplicaSet", Role.WORKLOAD),
+    ResourceKind("apps", "v1", "statefulsets", "StatefulSet", Role.WORKLOAD),
+    ResourceKind("apps", "v1", "daemonsets", "DaemonSet", Role.WORKLOAD),
+    ResourceKind("batch", "v1", "jobs", "Job", Role.WORKLOAD),
+    ResourceKind("batch", "v1", "cronjobs", "CronJob", Role.WORKLOAD),
+)
+
+
+TOPICS: dict[type[Event], TopicSpec] = {
+    NodeEvent: NODE_TOPIC,
+    PodEvent: POD_TOPIC,
+    WorkloadEvent: WORKLOAD_TOPIC,
+}
+"""Where each event type is published."""
+
+
+def workload_kinds(settings: WatcherSettings) -> tuple[ResourceKind, ...]:
+    """The built-in workload kinds and the configured custom ones."""
+    custom = tuple(
+        ResourceKind(c.group, c.version, c.plural, c.kind, Role.WORKLOAD) for c in settings.custom_workloads
+    )
+    return BUILTIN_WORKLOADS + custom

@@ -1,0 +1,254 @@
+"""A process's keyed state on one compacted partition, restorable at the cost of its live size.
+
+A state log holds ``key -> value`` bytes. Writers append the entries that changed (a null value
+deletes a key) and, from time to time, a *snapshot*: a marker record followed by every live
+entry. Restoring starts at the newest committed snapshot and applies what follows, so it
+reads about ``live size + changes since the snapshot`` records however long the log is:
+
+- on Apache Kafka compaction also removes superseded records, but the restore does not rely
+  on it: noida-db, the embedded broker, never compacts (measured: 300,000 writes over 100
+  keys read back as 300,000 records 20 s later);
+- a snapshot is written once the changes since the previous one outnumber the live entries
+  (and at least ``min_between`` records), so the log's unread tail stays within about twice
+  the live size plus one cycle;
+- the newest complete snapshot is found by reading the partition backwards in growing spans
+  from its end, so nothing older than it is read. A snapshot is complete once its closing
+  marker follows its entries: a writer without transactions (the exporter) killed in the
+  middle of one leaves it open, and the restore starts at the snapshot before (the open
+  one's entries, being ordinary writes, are still applied in log order);
+- once a snapshot is durable (its transaction committed, or its closing marker acknowledged)
+  the writer *cuts* the log there: DeleteRecords of everything before its opening marker, so
+  the broker holds about the live size too (noida-db keeps every record in memory: the
+  changelogs were most of its 1.5 GB at 20,000 GPUs). Brokers refuse DeleteRecords on a topic
+  that is only ``compact``; the log is ``compact,delete`` with no time or size retention, so
+  nothing else is ever deleted. A log created before cuts is left whole (logged once).
+
+Writes go through the caller's producer: a transactional producer puts them in the same
+transaction as its outputs and input offsets, and a ``read_committed`` restore then sees a
+state that matches those offsets exactly. Keys starting with ``\\x00`` are reserved.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gpulens.schemas.kafka.producing import produce_with_backpressure
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.model.exceptions import GPULensError
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_MARKER = b"\x00snapshot"
+"""Key of the record that opens a snapshot (its value: the snapshot's entry count, ASCII)."""
+
+SNAPSHOT_END = b"\x00snapshot-end"
+"""Key of the record that closes a complete snapshot (its value: the entry count, ASCII)."""
+
+FIRST_SPAN = 4_096
+"""Records read from the end before looking further back for a snapshot."""
+
+
+class StateLogError(GPULensError):
+    """A state log cannot be created or read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What a restore found."""
+
+    entries: dict[bytes, bytes]
+    """Live keys and their newest values."""
+    records_read: int
+    """Records read to get there (the restore's cost)."""
+    seconds: float
+
+
+Entries = Iterable[tuple[bytes, bytes | None]]
+
+
+class StateLog:
+    """One state log: a compacted single-partition topic, written through a caller's producer."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str, *, min_between: int = 10_000) -> None:
+        self.topic = topic
+        self._kafka = kafka
+        self._min_between = min_between
+        self._since_snapshot = 0
+        """Records appended since the last snapshot (restored ones included)."""
+        self._opened: int | None = None
+        """Offset of the newest snapshot's opening marker, once the broker has it."""
+        self._cut_at: int | None = None
+        """Offset of the opening marker of a snapshot whose closing marker the broker has too."""
+        self._cuts_refused = False
+
+    def create(self, *, timeout: float = 30.0) -> None:
+        """Create the topic if it does not exist (compacted, one partition)."""
+        admin = AdminClient(self._kafka.librdkafka())
+        config = {"cleanup.policy": "compact,delete", "retention.ms": "-1", "retention.bytes": "-1"}
+        future = admin.create_topics([NewTopic(self.topic, 1, 1, config=config)], operation_timeout=timeout)
+        try:
+            future[self.topic].result(timeout)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StateLogError(f"cannot create state log {self.topic}: {err.args[0].str()}") from err
+
+    def append(self, producer: Producer, entries: Entries) -> int:
+        """Write changed entries (``None``: the key is gone); the number written."""
+        written = 0
+        for key, value in entries:
+            produce_with_backpressure(producer, self.topic, key=key, value=value)
+            written += 1
+        self._since_snapshot += written
+        return written
+
+    def snapshot_possible(self) -> bool:
+        """Whether enough was appended since the last snapshot for one to be due at all."""
+        return self._since_snapshot >= self._min_between
+
+    def snapshot_due(self, live: int) -> bool:
+        """Whether the changes since the last snapshot outnumber the ``live`` entries."""
+        return self._since_snapshot >= max(live, self._min_between)
+
+    def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
+        """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
+        produce_with_backpressure(
+            producer, self.topic, key=SNAPSHOT_MARKER, value=str(count).encode(), on_delivery=self._marker
+        )
+        for key, value in live():
+            produce_with_backpressure(producer, self.topic, key=key, value=value)
+        produce_with_backpressure(
+            producer, self.topic, key=SNAPSHOT_END, value=str(count).encode(), on_delivery=self._end
+        )
+        self._since_snapshot = 0
+
+    def cut(self, admin: AdminClient) -> Future | None:
+        """Delete what precedes the newest snapshot the broker has whole; the deletion's future,
+        None when there is nothing to cut. Call it once that snapshot is durable: after its
+        transaction committed, or after a flush without one. The deletion runs in the
+        background; a failure is logged and the next snapshot cuts."""
+        offset, self._cut_at = self._cut_at, None
+        if offset is None or self._cuts_refused:
+            return None
+        deleting = admin.delete_records([TopicPartition(self.topic, 0, offset)], request_timeout=30)
+        (future,) = deleting.values()
+        future.add_done_callback(self._cut_done)
+        return future
+
+    def forget_snapshot(self) -> None:
+        """The snapshot written since the last cut was aborted with its transaction: never cut there."""
+        self._opened = self._cut_at = None
+
+    def _marker(self, err: KafkaError | None, message: Message) -> None:
+        self._opened = message.offset() if err is None else None
+
+    def _end(self, err: KafkaError | None, message: Message) -> None:
+        if err is None and self._opened is not None:
+            self._cut_at = self._opened
+        self._opened = None
+
+    def _cut_done(self, future: Future) -> None:
+        try:
+            future.result()
+        except KafkaException as err:
+            if err.args[0].code() == KafkaError.POLICY_VIOLATION:
+                self._cuts_refused = True
+                log.warning(
+                    "state log %s is cleanup.policy=compact only, created before logs were cut: it "
+                    "keeps its history (set cleanup.policy=compact,delete to bound it)",
+                    self.topic,
+                )
+            else:
+                log.warning("state log %s: cut not made (the next snapshot cuts): %s", self.topic, err)
+
+    def restore(self, *, timeout: float = 30.0) -> Restored:
+        """The live entries as of the newest committed write (call after fencing older writers)."""
+        started = time.monotonic()
+        reader = Consumer(
+            self._kafka.librdkafka(
+                **{
+                    "group.id": f"{self.topic}-restore",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                }
+            )
+        )
+        try:
+            low, high = reader.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout)
+            records: list[tuple[int, bytes, bytes | None]] = []
+            start, span = high, FIRST_SPAN
+            while start > low:
+                begin = max(low, start - span)
+                records[:0] = _read(reader, self.topic, begin, start, timeout)
+                start, span = begin, span * 4
+                if _newest_complete(records) is not None:
+                    break
+        finally:
+            reader.close()
+        first = _newest_complete(records) or 0
+        entries: dict[bytes, bytes] = {}
+        for _, key, value in records[first:]:
+            if key in (SNAPSHOT_MARKER, SNAPSHOT_END):
+                continue
+            if value is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = value
+        self._since_snapshot = len(records) - first
+        restored = Restored(entries, len(records), time.monotonic() - started)
+        log.info(
+            "state log %s: %d live entries restored from %d records in %.2f s",
+            self.topic,
+            len(entries),
+            restored.records_read,
+            restored.seconds,
+        )
+        return restored
+
+
+def _newest_complete(records: list[tuple[int, bytes, bytes | None]]) -> int | None:
+    """Index of the opening marker of the newest snapshot closed before the next one opens."""
+    closed = False
+    for i in range(len(records) - 1, -1, -1):
+        key = records[i][1]
+        if key == SNAPSHOT_END:
+            closed = True
+        elif key == SNAPSHOT_MARKER:
+            if closed:
+                return i
+            closed = False
+    return None
+
+
+def _read(
+    reader: Consumer, topic: str, begin: int, end: int, timeout: float
+) -> list[tuple[int, bytes, bytes | None]]:
+    """Committed records of offsets ``[begin, end)`` (aborted ones and markers have none)."""
+    reader.assign([TopicPartition(topic, 0, begin)])
+    out: list[tuple[int, bytes, bytes | None]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = reader.consume(10_000, 0.05)  # returns early only once it has all 10,000
+        if not batch and time.monotonic() > deadline:
+            raise StateLogError(f"state log {topic}: no data from offset {begin} within {timeout:g} s")
+        for message in batch:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return out
+                if error.fatal() or not error.retriable():
+                    raise StateLogError(f"state log {topic}: {error.str()}")
+                continue
+            offset = message.offset() or 0
+            if offset >= end:
+                return out
+            out.append((offset, message.key() or b"", message.value()))
+        if batch:
+            deadline = time.monotonic() + timeout

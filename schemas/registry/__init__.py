@@ -1,6 +1,0 @@
-"""The embedded schema registry: the REST surface of Confluent's that clients call, stored in Kafka."""
-
-from schemas.registry.server import build_app, serve
-from schemas.registry.store import SchemaStore, SchemaVersion
-
-__all__ = ["SchemaStore", "SchemaVersion", "build_app", "serve"]
