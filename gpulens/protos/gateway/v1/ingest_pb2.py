@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eprotos/gateway/v1/ingest.proto\x12\x12gpulens.gateway.v1\"2\n\x05\x45vent\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"I\n\nEventBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12)\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x19.gpulens.gateway.v1.Event\"?\n\x08\x42\x61tchAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x0e\n\x06\x65vents\x18\x02 \x01(\r\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"E\n\x0ePublishSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\r\x12\x0e\n\x06\x65vents\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\r2\xa9\x01\n\x06Ingest\x12Q\n\x07Publish\x12\x1e.gpulens.gateway.v1.EventBatch\x1a\".gpulens.gateway.v1.PublishSummary\"\x00(\x01\x12L\n\x06Stream\x12\x1e.gpulens.gateway.v1.EventBatch\x1a\x1c.gpulens.gateway.v1.BatchAck\"\x00(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&gpulens/protos/gateway/v1/ingest.proto\x12\x12gpulens.gateway.v1\"2\n\x05\x45vent\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"I\n\nEventBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12)\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x19.gpulens.gateway.v1.Event\"?\n\x08\x42\x61tchAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x0e\n\x06\x65vents\x18\x02 \x01(\r\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"E\n\x0ePublishSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\r\x12\x0e\n\x06\x65vents\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\r2\xa9\x01\n\x06Ingest\x12Q\n\x07Publish\x12\x1e.gpulens.gateway.v1.EventBatch\x1a\".gpulens.gateway.v1.PublishSummary\"\x00(\x01\x12L\n\x06Stream\x12\x1e.gpulens.gateway.v1.EventBatch\x1a\x1c.gpulens.gateway.v1.BatchAck\"\x00(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpulens.protos.gateway.v1.ingest_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EVENT']._serialized_start=54
-  _globals['_EVENT']._serialized_end=104
-  _globals['_EVENTBATCH']._serialized_start=106
-  _globals['_EVENTBATCH']._serialized_end=179
-  _globals['_BATCHACK']._serialized_start=181
-  _globals['_BATCHACK']._serialized_end=244
-  _globals['_PUBLISHSUMMARY']._serialized_start=246
-  _globals['_PUBLISHSUMMARY']._serialized_end=315
-  _globals['_INGEST']._serialized_start=318
-  _globals['_INGEST']._serialized_end=487
+  _globals['_EVENT']._serialized_start=62
+  _globals['_EVENT']._serialized_end=112
+  _globals['_EVENTBATCH']._serialized_start=114
+  _globals['_EVENTBATCH']._serialized_end=187
+  _globals['_BATCHACK']._serialized_start=189
+  _globals['_BATCHACK']._serialized_end=252
+  _globals['_PUBLISHSUMMARY']._serialized_start=254
+  _globals['_PUBLISHSUMMARY']._serialized_end=323
+  _globals['_INGEST']._serialized_start=326
+  _globals['_INGEST']._serialized_end=495
 # @@protoc_insertion_point(module_scope)

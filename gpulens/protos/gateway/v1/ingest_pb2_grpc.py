@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from gpulens.protos.gateway.v1 import ingest_pb2 as protos_dot_gateway_dot_v1_dot_ingest__pb2
+from gpulens.protos.gateway.v1 import ingest_pb2 as gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -36,13 +36,13 @@ class IngestStub:
         """
         self.Publish = channel.stream_unary(
                 '/gpulens.gateway.v1.Ingest/Publish',
-                request_serializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
-                response_deserializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.PublishSummary.FromString,
+                request_serializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
+                response_deserializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.PublishSummary.FromString,
                 _registered_method=True)
         self.Stream = channel.stream_stream(
                 '/gpulens.gateway.v1.Ingest/Stream',
-                request_serializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
-                response_deserializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.BatchAck.FromString,
+                request_serializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
+                response_deserializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.BatchAck.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_IngestServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Publish': grpc.stream_unary_rpc_method_handler(
                     servicer.Publish,
-                    request_deserializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.FromString,
-                    response_serializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.PublishSummary.SerializeToString,
+                    request_deserializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.FromString,
+                    response_serializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.PublishSummary.SerializeToString,
             ),
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
-                    request_deserializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.FromString,
-                    response_serializer=protos_dot_gateway_dot_v1_dot_ingest__pb2.BatchAck.SerializeToString,
+                    request_deserializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.FromString,
+                    response_serializer=gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.BatchAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class Ingest:
             request_iterator,
             target,
             '/gpulens.gateway.v1.Ingest/Publish',
-            protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
-            protos_dot_gateway_dot_v1_dot_ingest__pb2.PublishSummary.FromString,
+            gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
+            gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.PublishSummary.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class Ingest:
             request_iterator,
             target,
             '/gpulens.gateway.v1.Ingest/Stream',
-            protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
-            protos_dot_gateway_dot_v1_dot_ingest__pb2.BatchAck.FromString,
+            gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.EventBatch.SerializeToString,
+            gpulens_dot_protos_dot_gateway_dot_v1_dot_ingest__pb2.BatchAck.FromString,
             options,
             channel_credentials,
             insecure,

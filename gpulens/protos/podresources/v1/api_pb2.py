@@ -24,27 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gpulens/protos/podresources/v1/api.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"Z\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\x32Y\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(gpulens/protos/podresources/v1/api.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"Z\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\x32Y\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpulens.protos.podresources.v1.api_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=40
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=65
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=67
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=134
-  _globals['_PODRESOURCES']._serialized_start=136
-  _globals['_PODRESOURCES']._serialized_end=227
-  _globals['_CONTAINERRESOURCES']._serialized_start=229
-  _globals['_CONTAINERRESOURCES']._serialized_end=319
-  _globals['_CONTAINERDEVICES']._serialized_start=321
-  _globals['_CONTAINERDEVICES']._serialized_end=418
-  _globals['_TOPOLOGYINFO']._serialized_start=420
-  _globals['_TOPOLOGYINFO']._serialized_end=463
-  _globals['_NUMANODE']._serialized_start=465
-  _globals['_NUMANODE']._serialized_end=487
-  _globals['_PODRESOURCESLISTER']._serialized_start=489
-  _globals['_PODRESOURCESLISTER']._serialized_end=578
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=48
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=73
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=75
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=142
+  _globals['_PODRESOURCES']._serialized_start=144
+  _globals['_PODRESOURCES']._serialized_end=235
+  _globals['_CONTAINERRESOURCES']._serialized_start=237
+  _globals['_CONTAINERRESOURCES']._serialized_end=327
+  _globals['_CONTAINERDEVICES']._serialized_start=329
+  _globals['_CONTAINERDEVICES']._serialized_end=426
+  _globals['_TOPOLOGYINFO']._serialized_start=428
+  _globals['_TOPOLOGYINFO']._serialized_end=471
+  _globals['_NUMANODE']._serialized_start=473
+  _globals['_NUMANODE']._serialized_end=495
+  _globals['_PODRESOURCESLISTER']._serialized_start=497
+  _globals['_PODRESOURCESLISTER']._serialized_end=586
 # @@protoc_insertion_point(module_scope)
