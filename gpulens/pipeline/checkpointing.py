@@ -138,7 +138,11 @@ class Checkpoint:
         return loaded
 
     def begin(self) -> None:
-        self._producer.begin_transaction()
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as err:
+            _raise_if_failed_producer(err, "transaction begin")
+            raise
 
     def commit(self, offsets: list[TopicPartition], *, stop: threading.Event | None = None) -> None:
         """Commit the cycle: its produced rows, every part's changes, and ``offsets``.
@@ -180,6 +184,7 @@ class Checkpoint:
         try:
             retry_transient(_watched(call, operation), operation=operation, stop=stop, transient=_retriable)
         except KafkaException as err:
+            _raise_if_failed_producer(err, operation)
             error: KafkaError = err.args[0]
             if error.fatal() or not error.txn_requires_abort():
                 raise
@@ -206,6 +211,22 @@ def _watched(call: Callable[[], None], operation: str) -> Callable[[], None]:
             watchdog.cancel()
 
     return watched
+
+
+# Another incarnation holds the transactional id: starting again would fence it in turn.
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+def _raise_if_failed_producer(err: KafkaException, operation: str) -> None:
+    """A fatal producer error other than fencing, as :class:`CycleAborted`.
+
+    Seen after a broker's SIGKILL and restart: OUT_OF_ORDER_SEQUENCE_NUMBER. The producer is
+    unusable and its transaction never commits, so nothing of the cycle is visible: a fresh
+    worker (fresh producer, restored checkpoint) redoes it, in this process.
+    """
+    error: KafkaError = err.args[0]
+    if error.fatal() and error.code() not in _FENCED:
+        raise CycleAborted(f"{operation}: the producer failed ({error.str()})") from err
 
 
 def _retriable(err: KafkaException) -> bool:

@@ -21,5 +21,7 @@ class LateEvent(PipelineError):
 
 class CycleAborted(PipelineError):
     """librdkafka failed the cycle's transaction (``txn_requires_abort``): it was aborted, and the
-    operators' state in memory is ahead of the last checkpoint. The worker starts again from
-    that checkpoint (restored state, checkpointed offsets), which redoes the cycle."""
+    operators' state in memory is ahead of the last checkpoint. Or the producer hit a fatal
+    error that a broker's restart can cause (a lost sequence): the transaction never commits.
+    Either way the worker starts again from that checkpoint (restored state, checkpointed
+    offsets, a fresh producer), which redoes the cycle."""

@@ -8,7 +8,8 @@
     └── SinkError                  the sink cannot start for a reason outside ClickHouse (missing topics)
 
 clickhouse-connect's errors are translated where they enter (:func:`translate`), with the
-table and the statement they concern. ClickHouse's code decides when there is one; an answer
+table and the statement they concern. ClickHouse's code decides when there is one (for 1001, a
+wrapped C++ exception, the OS error it names: a full disk is temporary); an answer
 without a code is the server's trouble when its HTTP status is 5xx (a bare 500 from a server
 whose disk is full, a 502/503 from a proxy in front of it: retried), the request's otherwise.
 """
@@ -28,6 +29,10 @@ from gpulens.schemas.model.exceptions import GPULensError
 TEMPORARY_CODES = frozenset({75, 159, 160, 164, 202, 203, 209, 210, 236, 241, 242, 243, 252, 319, 425, 999})
 
 _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
+# 1001 STD_EXCEPTION wraps any C++ exception; an OS error out of resources is "not now": the
+# embedded engine reports a full disk as "OSError: [Errno 28] No space left on device".
+_STD_EXCEPTION = 1001
+_OUT_OF_RESOURCES = re.compile(r"\[Errno (?:12|23|24|28|122)\]")  # ENOMEM ENFILE EMFILE ENOSPC EDQUOT
 
 
 class ClickHouseError(GPULensError):
@@ -57,6 +62,8 @@ def translate(err: DriverError, what: str) -> ClickHouseError:
     message = f"{what}: {first_line}"
     # OperationalError: the transport failed (refused, reset, timed out) after the client's own retries.
     if isinstance(err, OperationalError) or code in TEMPORARY_CODES:
+        return ClickHouseUnavailable(message, code=code)
+    if code == _STD_EXCEPTION and _OUT_OF_RESOURCES.search(str(err)):
         return ClickHouseUnavailable(message, code=code)
     status = _HTTP_STATUS.search(str(err))
     if not code and status is not None and status.group(1).startswith("5"):
