@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,7 +37,7 @@ from gpulens.schemas.model.exceptions import DecodeError, DecodeFailure, Incompa
 from gpulens.schemas.model.models import Record
 from gpulens.schemas.model.topics import TopicSpec, record_key
 from gpulens.schemas.wire import bounds
-from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.codec import AvroCodec, confluent_header
 from gpulens.schemas.wire.model_rules import has_validators, refuses_nan, split
 
 
@@ -191,7 +190,7 @@ def compile_shape(spec: TopicSpec, schema_id: int) -> Shape | None:
         return None
     try:
         walk = _compile(
-            schema, named, spec.record, header=re.escape(struct.pack(">bI", 0, schema_id)), groups=groups
+            schema, named, spec.record, header=re.escape(confluent_header(schema_id)), groups=groups
         )
     except (_Unsupported, bounds.Unsupported):
         return None
