@@ -17,12 +17,13 @@ import pytest
 from avro_damage import damaged
 
 from gpulens.producers.gateway.exceptions import InvalidBatch, RejectReason
-from gpulens.producers.gateway.validating import BatchValidator, compile_shape
+from gpulens.producers.gateway.validating import BatchValidator
 from gpulens.protos.gateway.v1 import ingest_pb2
 from gpulens.schemas.model.exceptions import DecodeError
 from gpulens.schemas.model.models import EARLIEST, LATEST, Record
 from gpulens.schemas.model.topics import GPU_SAMPLES, NODES, PODS, STORAGE, TopicSpec, record_key
 from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.publishable import compile_shape
 from gpulens.testing.examples import example_events
 
 TOPICS = list(example_events())

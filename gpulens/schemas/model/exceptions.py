@@ -44,8 +44,8 @@ class DecodeFailure(StrEnum):
     INVALID_RECORD = "invalid-record"
     """Valid Avro whose values break the event model's rules."""
     KEY_MISMATCH = "key-mismatch"
-    """The key names another cluster than the record does: a worker sharded by cluster cannot
-    place it."""
+    """The key is not the record's: a worker sharded by cluster cannot place a record whose key
+    names another cluster, and the gateway publishes only under the key ``record_key`` gives."""
 
 
 class DecodeError(GPULensError):

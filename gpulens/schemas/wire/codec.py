@@ -51,6 +51,11 @@ def _parse(schema_text: str) -> Any:
     return fastavro.parse_schema(json.loads(schema_text))
 
 
+def confluent_header(schema_id: int) -> bytes:
+    """The 5 bytes every value written with ``schema_id`` starts with."""
+    return _HEADER.pack(MAGIC, schema_id)
+
+
 def registry_client(url: str) -> SchemaRegistryClient:
     """A schema-registry client for ``url`` (the embedded registry or any Confluent-compatible one)."""
     return SchemaRegistryClient({"url": url})
@@ -86,7 +91,7 @@ class AvroCodec:
     def encode_dict(self, topic: TopicSpec, record: dict[str, Any]) -> bytes:
         """The wire bytes of a dict shaped like the topic's record (no model validation)."""
         buf = io.BytesIO()
-        buf.write(_HEADER.pack(MAGIC, self.schema_id(topic)))
+        buf.write(confluent_header(self.schema_id(topic)))
         fastavro.schemaless_writer(buf, _parse(committed(topic.record)), record)
         return buf.getvalue()
 

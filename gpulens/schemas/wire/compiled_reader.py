@@ -27,16 +27,13 @@ from enum import Enum
 from typing import Any
 
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
-from pydantic import AfterValidator, AwareDatetime
+from pydantic import AwareDatetime
 
-from gpulens.schemas.model.models import Record, Timestamp
+from gpulens.schemas.model.models import Record
+from gpulens.schemas.wire.model_rules import has_validators, refuses_nan, split
 
 Reader = Callable[[bytes, int], Record]
 """Reads the body that starts at the offset; raises on anything it cannot read exactly."""
-
-_TIMESTAMP_CHECK = next(m for m in typing.get_args(Timestamp)[1:] if isinstance(m, AfterValidator))
-"""The AfterValidator of Timestamp: UTC, whole milliseconds, which an Avro timestamp-millis
-read as such already is (its bounds are ``Ge``/``Lt`` constraints, checked as any other)."""
 
 _COMPARISONS = {Ge: ("ge", ">="), Gt: ("gt", ">"), Le: ("le", "<="), Lt: ("lt", "<")}
 
@@ -135,16 +132,6 @@ class _RunPatterns:
         return namespace["read"]  # type: ignore[no-any-return]
 
 
-def _has_validators(model: type[Record]) -> bool:
-    decorators = model.__pydantic_decorators__
-    return bool(
-        decorators.validators
-        or decorators.field_validators
-        or decorators.root_validators
-        or decorators.model_validators
-    )
-
-
 class _Source:
     """The generated module: one function per record model."""
 
@@ -161,11 +148,11 @@ class _Source:
         name = self._functions.get(model)
         if name is not None:
             return name
-        if model.__private_attributes__ or model.__pydantic_post_init__ or _has_validators(model):
+        if model.__private_attributes__ or model.__pydantic_post_init__ or has_validators(model):
             raise NotCompiled(f"{model.__name__} has validators, private attributes or a post-init")
         name = self._functions[model] = f"_read_{model.__name__}"
         hints = typing.get_type_hints(model, include_extras=True)
-        outer, self._finite = self._finite, model.model_config.get("allow_inf_nan") is False
+        outer, self._finite = self._finite, refuses_nan(model)
         body: list[str] = []
         names = list(model.model_fields)
         for run in _runs(model, hints):
@@ -221,10 +208,8 @@ class _Source:
 
     def _value(self, out: list[str], var: str, annotation: Any, checks: list[Any], pad: str) -> None:
         """Lines that read a value of ``annotation`` into ``var`` and check it."""
+        annotation, checks = split(annotation, checks)
         origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-        if origin is typing.Annotated:
-            self._value(out, var, args[0], [*checks, *annotation.__metadata__], pad)
-            return
         if origin in (types.UnionType, typing.Union):
             members = [a for a in args if a is not type(None)]
             if len(members) != 1 or len(args) != 2:
@@ -281,13 +266,8 @@ class _Source:
         self._checks(out, var, checks, pad)
 
     def _checks(self, out: list[str], var: str, checks: list[Any], pad: str) -> None:
-        unique: list[Any] = []  # a field's constraints can repeat its Annotated type's (pydantic merges both)
+        """Lines that raise unless ``var`` keeps ``checks`` (:func:`split` gave them, each once)."""
         for check in checks:
-            if check not in unique:
-                unique.append(check)
-        for check in unique:
-            if isinstance(check, AfterValidator) and check is _TIMESTAMP_CHECK:
-                continue
             if isinstance(check, MinLen):
                 out += [f"{pad}if len({var}) < {check.min_length!r}:", f"{pad}    raise ValueError('length')"]
             elif isinstance(check, MaxLen):

@@ -1,9 +1,9 @@
 """Expressions of Avro values that keep the event model's rules (finite, ``ge``, ``le``, ...).
 
-The gateway's expressions (validating.py) prove a body decodes; these make them prove it also
-validates, for the constraints the models use: a double finite, at least 0 and at most a
-bound; a long at least 0; a timestamp within the model's time bounds; a string at least so
-long. Each expression matches only values that keep the rule (sound), not necessarily every
+The shapes' expressions (:mod:`gpulens.schemas.wire.publishable`) prove a body decodes; these
+make them prove it also validates, for the constraints the models use: a double finite, at
+least 0 and at most a bound; a long at least 0; a timestamp within the model's time bounds; a
+string at least so long. Each expression matches only values that keep the rule (sound), not necessarily every
 such value (a ``-0.0``, a timestamp after 2039): what it does not match is decoded exactly. A
 constraint without an expression here is :class:`Unsupported`, and the topic is decoded
 exactly.
@@ -14,15 +14,13 @@ from __future__ import annotations
 import math
 import re
 import struct
-import typing
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from annotated_types import Ge, Le, Lt, MinLen
-from pydantic import AfterValidator
 
-__all__ = ["Unsupported", "double", "long", "min_length", "split", "timestamp"]
+__all__ = ["Unsupported", "double", "long", "min_length", "timestamp"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -32,17 +30,6 @@ _SIX_BYTES = 35
 
 class Unsupported(Exception):
     """A constraint no expression here keeps: the values it applies to are decoded exactly."""
-
-
-def split(hint: Any, checks: Sequence[Any] = ()) -> tuple[Any, list[Any]]:
-    """``hint`` without its ``Annotated`` layers, and the constraints of those layers and ``checks``
-    (value normalisers, such as the UTC of a Timestamp, are no constraint and are dropped)."""
-    found = list(checks)
-    while typing.get_origin(hint) is typing.Annotated:
-        found += hint.__metadata__
-        hint = typing.get_args(hint)[0]
-    # A field's own constraints can repeat those of its Annotated type (pydantic merges both).
-    return hint, [c for c in dict.fromkeys(found) if not isinstance(c, AfterValidator)]
 
 
 def _bounds(checks: Sequence[Any], allowed: tuple[type, ...]) -> dict[type, Any]:
