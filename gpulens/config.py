@@ -22,6 +22,7 @@ from pydantic_settings import (
 from gpulens.consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from gpulens.consumers.prometheus.settings import ExporterSettings
 from gpulens.infra.settings import PlatformSettings, RetentionSettings
+from gpulens.pipeline.settings import PipelineSettings
 from gpulens.producers.agent.settings import AgentSettings
 from gpulens.producers.gateway.settings import GatewaySettings
 from gpulens.producers.kubernetes.settings import WatcherSettings
@@ -46,6 +47,7 @@ class GPULensSettings(BaseSettings):
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     sink: SinkSettings = Field(default_factory=SinkSettings)
     exporter: ExporterSettings = Field(default_factory=ExporterSettings)
+    pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
     platform: PlatformSettings = Field(default_factory=PlatformSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
@@ -94,8 +96,11 @@ def load_settings(config_file: Path | None = None) -> GPULensSettings:
 def _explain(err: ValidationError, config_file: Path | None) -> str:
     lines = ["invalid settings:"]
     for problem in err.errors():
-        path = [str(p) for p in problem["loc"]]
-        dotted = ".".join(path)
+        loc = problem["loc"]
+        # a setting ends where a list begins: pipeline.processors[1] is set as pipeline.processors
+        end = next((i for i, part in enumerate(loc) if isinstance(part, int)), len(loc))
+        path = [str(p) for p in loc[:end]]
+        dotted = ".".join(path) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[end:])
         env = ENV_PREFIX + "__".join(path).upper()
         where = f"{env}" + (f" or {_toml_name(path)} in {config_file}" if config_file else "")
         value = problem.get("input")

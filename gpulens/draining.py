@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.consumers.prometheus.exporting import exported_topics
-from gpulens.pipeline.running import WorkerOptions
 from gpulens.schemas.kafka.lag import RecordLag, per_topic
 from gpulens.schemas.model.topics import TopicSpec
 
@@ -43,7 +42,7 @@ def pipeline_groups(settings: GPULensSettings) -> dict[str, tuple[TopicSpec, ...
     """The pipeline's consumer groups (as `gpulens up` runs them) and the topics each reads
     besides those it committed on (the worker commits on every input when it starts)."""
     return {
-        WorkerOptions().group_id: (),
+        settings.pipeline.consumer_group: (),
         settings.sink.group_id: SINK_TOPICS,
         settings.exporter.group_id: exported_topics(settings.exporter),
     }

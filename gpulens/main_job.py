@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpulens.commands.worker import PROCESSORS
 from gpulens.config import GPULensSettings
 from gpulens.infra.launching import ServiceManager, ServiceSpec, State
+from gpulens.pipeline.settings import PROCESSORS
 
 if TYPE_CHECKING:
     from gpulens.draining import GroupLag

@@ -31,6 +31,7 @@ from kubernetes.client import ApiClient
 from pydantic import BaseModel
 
 from gpulens.cli import cli
+from gpulens.cli_context import with_flags
 from gpulens.config import ENV_PREFIX, GPULensSettings, load_settings
 from gpulens.producers.kubernetes.resources import BUILTIN_WORKLOADS, NODES, PODS
 
@@ -335,13 +336,19 @@ def _served_ports(container: Container, settings: GPULensSettings) -> set[int]:
     if name == "agent" and settings.agent.metrics_port:
         ports.add((settings.agent.metrics_host, settings.agent.metrics_port))
     if name == "gateway":
-        ports.add((settings.gateway.host, params["port"] or settings.gateway.port))
-        if settings.gateway.metrics_port:
-            ports.add((settings.gateway.metrics_host, settings.gateway.metrics_port))
+        gateway = with_flags(settings.gateway, context)
+        ports.add((gateway.host, gateway.port))
+        if gateway.metrics_port:
+            ports.add((gateway.metrics_host, gateway.metrics_port))
     if name == "exporter":
-        ports.add((params["host"] or settings.exporter.host, params["port"] or settings.exporter.port))
-    if name in ("sink", "worker") and params["metrics_port"] is not None:
+        exporter = with_flags(settings.exporter, context)
+        ports.add((exporter.host, exporter.port))
+    if name == "sink" and params["metrics_port"] is not None:
         ports.add((params["metrics_host"], params["metrics_port"]))
+    if name == "worker":
+        pipeline = with_flags(settings.pipeline, context)
+        if pipeline.metrics_port is not None:
+            ports.add((pipeline.metrics_host, pipeline.metrics_port))
     return {port for host, port in ports if host not in LOOPBACK}
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
-
 import click
 
-from gpulens.cli_context import Context, pass_context
-from gpulens.tuning import tune_for_throughput
+from gpulens.cli_context import Context, pass_context, with_flags
+from gpulens.commands.service import run_service
+from gpulens.schemas.model.topics import CATALOG
 
 
 @click.command()
@@ -17,7 +14,7 @@ from gpulens.tuning import tune_for_throughput
 @click.option("--port", type=click.IntRange(0, 65535), help="Port of /metrics, 0 for any [exporter.port].")
 @click.option("--group", "group_id", help="Consumer group [exporter.group_id].")
 @pass_context
-def exporter(context: Context, host: str | None, port: int | None, group_id: str | None) -> None:
+def exporter(context: Context, /, **_exporter_flags: object) -> None:
     """Serve Prometheus /metrics from the allocation, workload and alert topics.
 
     Keeps the newest window per series and checkpoints it to its state log
@@ -30,21 +27,13 @@ def exporter(context: Context, host: str | None, port: int | None, group_id: str
     them here, from each node's newest batch on gpulens.state.gpu-samples.v1 (its tail only).
     """
     from gpulens.consumers.prometheus.exporting import run_exporter
-    from gpulens.schemas.kafka.topic_admin import create_topics
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     settings = context.settings
-    overrides = {"host": host, "port": port, "group_id": group_id}
-    options = settings.exporter.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    create_topics(settings.kafka)
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    click.echo(f"exporter {options.group_id}: reading {settings.kafka.bootstrap_servers}", err=True)
-    codec = AvroCodec(registry_client(settings.registry.url))
-    tune_for_throughput()
-    run_exporter(settings.kafka, codec, options, stop)
+    options = with_flags(settings.exporter)
+    run_service(
+        settings,
+        lambda service: run_exporter(settings.kafka, service.codec, options, service.stop),
+        topics=CATALOG,
+        banner=f"exporter {options.group_id}: reading {settings.kafka.bootstrap_servers}",
+        tuned=True,
+    )

@@ -3,48 +3,45 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 
 import click
 
-from gpulens.cli_context import Context, pass_context
+from gpulens.cli_context import Context, pass_context, with_flags
+from gpulens.commands.service import STOP_SIGNALS, Metrics, Service, run_service
 
 
 @click.command()
 @click.option("--port", type=int, help="gRPC port (default: gateway.port).")
 @pass_context
-def gateway(context: Context, port: int | None) -> None:
+def gateway(context: Context, /, **_gateway_flags: object) -> None:
     """Accept event batches over gRPC, check them, publish them to Kafka; serve until SIGTERM/Ctrl-C.
 
     Calls need `authorization: Bearer <token>` with one of gateway.tokens; a batch is acked
     only after the broker acknowledged every record of it.
     """
-    from prometheus_client import start_http_server
-
-    from gpulens.producers.gateway import Gateway
+    from gpulens.producers.gateway import Gateway, GatewayMetrics
     from gpulens.schemas.model.exceptions import ConfigError
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     settings = context.settings
-    gateway_settings = (
-        settings.gateway if port is None else settings.gateway.model_copy(update={"port": port})
-    )
+    gateway_settings = with_flags(settings.gateway)
     if not gateway_settings.tokens:
         raise ConfigError("gateway.tokens is empty: nobody could publish; set GPULENS_GATEWAY__TOKENS")
-    server = Gateway(gateway_settings, settings.kafka, AvroCodec(registry_client(settings.registry.url)))
-    if gateway_settings.metrics_port:
-        start_http_server(
-            gateway_settings.metrics_port,
-            addr=gateway_settings.metrics_host,
-            registry=server.metrics.registry,
-        )
+    metrics = GatewayMetrics()
 
-    async def serve() -> None:
+    async def serve(server: Gateway) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, stop.set)
         await server.serve(stop)
 
-    asyncio.run(serve())
+    def work(service: Service) -> None:
+        asyncio.run(serve(Gateway(gateway_settings, settings.kafka, service.codec, metrics=metrics)))
+
+    run_service(
+        settings,
+        work,
+        metrics=Metrics(gateway_settings.metrics_port, gateway_settings.metrics_host, metrics.registry),
+        signals=(),  # the event loop's own handlers stop the server
+    )
     click.echo("gateway stopped")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.commands.service import Service, run_service
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.schemas.model.models import Event
-from gpulens.schemas.model.topics import TopicSpec
+from gpulens.schemas.model.topics import CATALOG, TopicSpec
 
 ALIBABA = traces_dir() / "alibaba-gpu-v2023"
 GENAI = traces_dir() / "alibaba-genai-2026"
@@ -47,29 +49,29 @@ _CLUSTER = click.option(
 
 
 def _publish(
-    context: Context, events: list[tuple[TopicSpec, Event]], parts: tuple[str, ...], speed: str, label: str
+    context: Context,
+    plan: Callable[[], Iterable[tuple[TopicSpec, Event]]],
+    parts: tuple[str, ...],
+    speed: str,
+    label: str,
 ) -> None:
+    """Publish what ``plan`` reads from a trace, once the topics exist: an unreachable broker is
+    an error at once, before a trace is read."""
     from gpulens.producers.publishing import EventPublisher
     from gpulens.producers.replay.pacing import replay
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
-    if parts:
-        from gpulens.producers.replay.splitting import only
+    def work(service: Service) -> int:
+        events = list(plan())
+        if parts:
+            from gpulens.producers.replay.splitting import only
 
-        events = list(only(events, parts))
-    total = len(events)
-    settings = context.settings
-    publisher = EventPublisher(settings.kafka, AvroCodec(registry_client(settings.registry.url)))
-    with click.progressbar(length=total, label=label, file=click.get_text_stream("stderr")) as bar:
-        count = replay(events, publisher, speed=_speed(speed), progress=bar.update)
+            events = list(only(events, parts))
+        publisher = EventPublisher(service.settings.kafka, service.codec)
+        with click.progressbar(length=len(events), label=label, file=click.get_text_stream("stderr")) as bar:
+            return replay(events, publisher, speed=_speed(speed), progress=bar.update)
+
+    count = run_service(context.settings, work, topics=CATALOG, signals=())
     click.echo(f"published {count:,} events")
-
-
-def _create_topics(context: Context) -> None:
-    """First thing, before a trace is read: an unreachable broker is an error at once."""
-    from gpulens.schemas.kafka.topic_admin import create_topics
-
-    create_topics(context.settings.kafka)
 
 
 @click.group()
@@ -122,16 +124,18 @@ def alibaba_v2023(
     """
     from gpulens.producers.replay import alibaba_v2023 as trace
 
-    _create_topics(context)
-    events = list(
-        trace.plan(
+    _publish(
+        context,
+        lambda: trace.plan(
             trace.read_nodes(nodes),
             trace.read_pods(pods),
             cluster=cluster or context.settings.cluster,
             epoch=epoch.replace(tzinfo=UTC),
-        )
+        ),
+        parts,
+        speed,
+        f"alibaba-v2023 → {context.settings.kafka.bootstrap_servers}",
     )
-    _publish(context, events, parts, speed, f"alibaba-v2023 → {context.settings.kafka.bootstrap_servers}")
 
 
 @replay.command("genai-duty")
@@ -152,6 +156,10 @@ def genai_duty(
     """Alibaba GenAI 2026 duty cycles: each pod a one-GPU pod on its own node, each row a sample."""
     from gpulens.producers.replay import genai_duty as trace
 
-    _create_topics(context)
-    events = list(trace.plan(trace.read_samples(samples), cluster=cluster or context.settings.cluster))
-    _publish(context, events, parts, speed, f"genai-duty → {context.settings.kafka.bootstrap_servers}")
+    _publish(
+        context,
+        lambda: trace.plan(trace.read_samples(samples), cluster=cluster or context.settings.cluster),
+        parts,
+        speed,
+        f"genai-duty → {context.settings.kafka.bootstrap_servers}",
+    )

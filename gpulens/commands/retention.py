@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.commands.service import Metrics, run_service
 from gpulens.config import GPULensSettings
 
 if TYPE_CHECKING:
@@ -42,8 +40,6 @@ def retention(context: Context, once: bool) -> None:
     are never touched. `gpulens up` runs it on the embedded noida-db broker, which holds every
     record it keeps in memory. Serves /metrics (gpulens_retention_*) on retention.metrics_port.
     """
-    from prometheus_client import start_http_server
-
     from gpulens.infra.retaining import Retainer, RetentionMetrics, run_retention
 
     settings = context.settings
@@ -54,18 +50,10 @@ def retention(context: Context, once: bool) -> None:
         for cut in retainer.run_once():
             click.echo(f"{cut.topic}/{cut.partition}: deleted {cut.records:,} records below {cut.offset:,}")
         return
-    if options.metrics_port:
-        start_http_server(options.metrics_port, addr=options.metrics_host, registry=metrics.registry)
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    click.echo(
-        f"retention: every {options.interval_s:g} s, keeping consumed records {options.keep_s:g} s, "
+    run_service(
+        settings,
+        lambda service: run_retention(retainer, metrics, interval_s=options.interval_s, stop=service.stop),
+        metrics=Metrics(options.metrics_port, options.metrics_host, metrics.registry),
+        banner=f"retention: every {options.interval_s:g} s, keeping consumed records {options.keep_s:g} s, "
         f"on {settings.kafka.bootstrap_servers}",
-        err=True,
     )
-    run_retention(retainer, metrics, interval_s=options.interval_s, stop=stop)

@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from types import FrameType
 
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.commands.service import Service, run_service
 from gpulens.producers.simulate.specs import EPOCH, GPU_MODELS, RECORDS_PER_POD, ChurnRates, SimulationSpec
 
 log = logging.getLogger(__name__)
 _CHURN = ChurnRates()
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by Ctrl-C or SIGTERM, so the run ends with its final watermark, not a traceback."""
-    stop = threading.Event()
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after the current record", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _rate_help() -> str:
@@ -148,9 +127,7 @@ def simulate(
     from gpulens.producers.simulate.batch_writing import SampleBatchWriter
     from gpulens.producers.simulate.pacing import Progress, publish_simulation
     from gpulens.producers.simulate.simulating import ClusterSimulation
-    from gpulens.schemas.kafka.topic_admin import create_topics
-    from gpulens.schemas.model.topics import GPU_SAMPLES
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
+    from gpulens.schemas.model.topics import CATALOG, GPU_SAMPLES
 
     settings = context.settings
     began = (start.replace(tzinfo=UTC) if start else datetime.now(UTC)).replace(microsecond=0)
@@ -203,17 +180,28 @@ def simulate(
             census.pending,
         )
 
-    create_topics(settings.kafka)
-    codec = AvroCodec(registry_client(settings.registry.url))
-    publisher = EventPublisher(settings.kafka, codec)
-    writer = SampleBatchWriter(codec.schema_id(GPU_SAMPLES))  # sample batches written by column
-    try:
-        with _stop_on_signals() as stop:
-            final = publish_simulation(
-                simulation, publisher, speed=speed, stop=stop, report=report, writer=writer, freeze=True
+    def work(service: Service) -> Progress:
+        publisher = EventPublisher(settings.kafka, service.codec)
+        writer = SampleBatchWriter(service.codec.schema_id(GPU_SAMPLES))  # sample batches written by column
+        try:
+            return publish_simulation(
+                simulation,
+                publisher,
+                speed=speed,
+                stop=service.stop,
+                report=report,
+                writer=writer,
+                freeze=True,
             )
-    finally:
-        publisher.close()
+        finally:
+            publisher.close()
+
+    final = run_service(  # SIGTERM/Ctrl-C end the run with its final watermark, not a traceback
+        settings,
+        work,
+        topics=CATALOG,
+        announce=lambda signum: log.info("%s: stopping after the current record", signum.name),
+    )
     click.echo(
         f"published {final.records:,} records in {final.elapsed_s:.1f} s ({final.rate:,.0f}/s), "
         f"simulated {spec.start.isoformat()} .. {final.simulated.isoformat()}"

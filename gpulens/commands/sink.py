@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
-
 import click
 
-from gpulens.cli_context import Context, ShardType, pass_context
+from gpulens.cli_context import Context, ShardType, pass_context, with_flags
+from gpulens.commands.service import Metrics, run_service
 from gpulens.schemas.kafka.sharding import Shard
-from gpulens.tuning import tune_for_throughput
+from gpulens.schemas.model.topics import CATALOG
 
 
 @click.command()
@@ -37,13 +34,7 @@ from gpulens.tuning import tune_for_throughput
 )
 @pass_context
 def sink(
-    context: Context,
-    batch_rows: int | None,
-    batch_seconds: float | None,
-    group_id: str | None,
-    shard: Shard,
-    metrics_port: int | None,
-    metrics_host: str,
+    context: Context, /, shard: Shard, metrics_port: int | None, metrics_host: str, **_sink_flags: object
 ) -> None:
     """Write every catalog topic into ClickHouse tables (clickhouse.database), until SIGTERM/Ctrl-C.
 
@@ -53,43 +44,28 @@ def sink(
     To spread the load, run N sinks of one group with --shard 0/N ... N-1/N (a killed one is
     restarted with its own shard: nothing is lost or stored twice).
     """
-    from prometheus_client import start_http_server
-
     from gpulens.consumers.clickhouse.sinking import run_sink
-    from gpulens.schemas.kafka.topic_admin import create_topics
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     settings = context.settings
-    overrides = {"batch_rows": batch_rows, "batch_seconds": batch_seconds}
-    options = settings.sink.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    create_topics(settings.kafka)
-    if metrics_port is not None:
-        start_http_server(metrics_port, addr=metrics_host)
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    click.echo(
-        f"sink: {settings.kafka.bootstrap_servers} -> {settings.clickhouse.url} "
+    options = with_flags(settings.sink)
+    registry_for_clickhouse = options.clickhouse_registry_url or settings.registry.url
+    run_service(
+        settings,
+        lambda service: run_sink(
+            settings.kafka,
+            service.codec,
+            settings.clickhouse,
+            options,
+            service.stop,
+            shard=shard,
+            registry_url=registry_for_clickhouse if options.decode_in_clickhouse else None,
+        ),
+        topics=CATALOG,
+        metrics=Metrics(metrics_port, metrics_host),
+        banner=f"sink: {settings.kafka.bootstrap_servers} -> {settings.clickhouse.url} "
         f"database {settings.clickhouse.database}, batches of {options.batch_rows} rows / "
         f"{options.batch_seconds} s, shard {shard}",
-        err=True,
-    )
-    codec = AvroCodec(registry_client(settings.registry.url))
-    tune_for_throughput()
-    registry_for_clickhouse = options.clickhouse_registry_url or settings.registry.url
-    run_sink(
-        settings.kafka,
-        codec,
-        settings.clickhouse,
-        options,
-        stop,
-        group_id=group_id,
-        shard=shard,
-        registry_url=registry_for_clickhouse if options.decode_in_clickhouse else None,
+        tuned=True,
     )
 
 

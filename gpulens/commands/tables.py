@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.commands.service import Service, run_service
 
 
 @click.command()
@@ -64,12 +65,9 @@ def tables(
     Stops on SIGTERM/Ctrl-C.
     """
     from gpulens.pipeline.entity_tables import SOURCES, TablesOptions, forwarded_topic, run_tables
-    from gpulens.schemas.kafka.topic_admin import create_topics
     from gpulens.schemas.model.topics import DEVICE_CHANGELOG, DLQ, STATE_TOPICS
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     settings = context.settings
-    create_topics(settings.kafka, [*SOURCES, *STATE_TOPICS, DEVICE_CHANGELOG, DLQ, forwarded_topic(group_id)])
     options = TablesOptions(
         group_id=group_id,
         data_dir=data_dir or settings.platform.state_dir / "tables" / group_id,
@@ -77,16 +75,17 @@ def tables(
         instance=instance,
         standby_replicas=standby_replicas,
     )
-    options.data_dir.mkdir(parents=True, exist_ok=True)
-    click.echo(
-        f"tables {group_id}: reading {settings.kafka.bootstrap_servers}, "
+
+    def work(service: Service) -> None:
+        options.data_dir.mkdir(parents=True, exist_ok=True)
+        loglevel = {"WARNING": "warn"}.get(settings.log_level, settings.log_level.lower())
+        run_tables(settings.kafka, service.codec, options, loglevel=loglevel)
+
+    run_service(
+        settings,
+        work,
+        topics=[*SOURCES, *STATE_TOPICS, DEVICE_CHANGELOG, DLQ, forwarded_topic(group_id)],
+        signals=(),  # faust stops the app on SIGTERM/Ctrl-C itself
+        banner=f"tables {group_id}: reading {settings.kafka.bootstrap_servers}, "
         f"views on http://{options.web_host}:{web_port}, stores in {options.data_dir}",
-        err=True,
-    )
-    codec = AvroCodec(registry_client(settings.registry.url))
-    run_tables(
-        settings.kafka,
-        codec,
-        options,
-        loglevel={"WARNING": "warn"}.get(settings.log_level, settings.log_level.lower()),
     )

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from gpulens.cli_context import Context, pass_context
+from gpulens.commands.service import STOP_SIGNALS, Service, run_service
 
 log = logging.getLogger("gpulens.watch")
 
@@ -51,39 +49,41 @@ def watch(
         read_published,
     )
     from gpulens.producers.publishing import EventPublisher
-    from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
     settings = context.settings
     name = cluster or settings.cluster
     watcher_settings = settings.watcher
     configuration = load_configuration(kubeconfig=kubeconfig, in_cluster=in_cluster)
     api = KubeApi(configuration, request_timeout_s=watcher_settings.request_timeout_s)
-    codec = AvroCodec(registry_client(settings.registry.url))
-    publisher = EventPublisher(settings.kafka, codec)
-    watcher = Watcher(
-        api=api,
-        settings=watcher_settings,
-        translator=Translator(name, watcher_settings.source, GpuCatalog.from_settings(watcher_settings)),
-        publisher=publisher,
-        restore=lambda: read_published(settings.kafka, codec, cluster=name, source=watcher_settings.source),
-        elector=LeaseElector(api, watcher_settings.lease)
-        if watcher_settings.lease.enabled and not once
-        else None,
-    )
-    try:
+
+    def work(service: Service) -> int:
+        publisher = EventPublisher(settings.kafka, service.codec)
+        watcher = Watcher(
+            api=api,
+            settings=watcher_settings,
+            translator=Translator(name, watcher_settings.source, GpuCatalog.from_settings(watcher_settings)),
+            publisher=publisher,
+            restore=lambda: read_published(
+                settings.kafka, service.codec, cluster=name, source=watcher_settings.source
+            ),
+            elector=LeaseElector(api, watcher_settings.lease)
+            if watcher_settings.lease.enabled and not once
+            else None,
+        )
         if once:
             watcher.run_once()
         else:
-            stop = threading.Event()
-
-            def on_signal(signum: int, frame: FrameType | None) -> None:
-                log.info("signal %d: stopping", signum)
-                stop.set()
-
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
             log.info("watching cluster %s at %s", name, configuration.host)
-            watcher.run(stop)
+            watcher.run(service.stop)
+        return publisher.published
+
+    try:
+        published = run_service(
+            settings,
+            work,
+            signals=() if once else STOP_SIGNALS,
+            announce=lambda signum: log.info("signal %d: stopping", signum),
+        )
     finally:
         api.close()
-    click.echo(f"cluster {name}: {publisher.published} events published")
+    click.echo(f"cluster {name}: {published} events published")

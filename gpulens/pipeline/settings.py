@@ -1,0 +1,136 @@
+"""Settings of the stream worker (``[pipeline]`` in the TOML file, ``GPULENS_PIPELINE__*``).
+
+Every option of `gpulens worker` is a field here, named as the option's parameter, its
+description the option's help. A flag given on the command line wins over the file and the
+environment, which win over these defaults (:func:`gpulens.cli_context.with_flags`). In a
+variable, ``processors`` and ``shard`` are written as their flags take them
+(``GPULENS_PIPELINE__PROCESSORS=allocation,alerts``, ``GPULENS_PIPELINE__SHARD=1/2``).
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import NoDecode
+
+from gpulens.schemas.kafka.sharding import UNSHARDED, Shard
+
+Processor = Literal["allocation", "workloads", "alerts", "changelog", "state", "latest"]
+PROCESSORS: tuple[Processor, ...] = typing.get_args(Processor)
+DEFAULT_PROCESSORS = PROCESSORS[:-1]
+"""``latest`` (each node's newest samples, for the exporter's per-GPU mode) runs only when asked."""
+
+
+def split_processors(text: str) -> tuple[str, ...]:
+    """``"allocation, alerts"``: the processors as the flag and a variable write them."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+class PipelineSettings(BaseModel):
+    """What the worker computes and how it reads: windows, alert thresholds, event time, group."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window_s: int = Field(
+        default=30, ge=1, description="Allocation window size, seconds (tumbling, epoch-aligned, half-open)."
+    )
+    per_node: bool = Field(default=True, description="Also write node_gpu_allocation rows.")
+    overview: bool = Field(
+        default=True, description="Also write cluster_overview rows (reads GPU samples for utilization)."
+    )
+    processors: Annotated[tuple[Processor, ...], NoDecode] = Field(
+        default=DEFAULT_PROCESSORS,
+        min_length=1,
+        description=f"Which processors to run, comma-separated, of {', '.join(PROCESSORS)}.",
+    )
+    latest_every_s: float = Field(
+        default=15.0,
+        ge=0,
+        description="latest: republish a node's sample batch on gpulens.state.gpu-samples.v1 at most once "
+        "per this many event-time seconds.",
+    )
+    idle_below: float = Field(default=5.0, ge=0, description="GpuIdle: utilization threshold, percent.")
+    idle_for: float = Field(
+        default=600.0, ge=0, description="GpuIdle: how long under the threshold, seconds."
+    )
+    pending_for: float = Field(default=300.0, ge=0, description="GpuPodPending: how long unbound, seconds.")
+    group_id: str = Field(
+        default="gpulens-worker",
+        min_length=1,
+        description="Consumer group and transactional id; one worker per group and outputs.",
+    )
+    idle_ms: int = Field(
+        default=3000,
+        ge=0,
+        description="Clusters whose sources publish no watermarks: how long a quiet input partition may "
+        "hold the others back (event-time merge).",
+    )
+    source_timeout_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="A source silent this long (wall seconds) stops holding its cluster's event time "
+        "back; a new cluster's time also waits this long for its sources to speak.",
+    )
+    allowed_lateness_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Process records this many event-time seconds behind their cluster's watermark.",
+    )
+    hold_records: int = Field(
+        default=50_000,
+        ge=1,
+        description="Records held for event-time order past which input partitions running ahead in "
+        "event time are paused, so that a worker catching up on a backlog reads the others "
+        "(watermarks among them) first: bounds its memory.",
+    )
+    max_ahead_s: float = Field(
+        default=86_400.0,
+        ge=1.0,
+        description="Dead-letter (event-time-out-of-bounds) a record or watermark more than this many "
+        "seconds ahead of both the wall clock and its cluster's newest event time: it would close "
+        "every window up to it.",
+    )
+    max_behind_s: float = Field(
+        default=7 * 86_400.0,
+        ge=0.0,
+        description="Dead-letter (event-time-out-of-bounds) a record more than this many seconds behind "
+        "what its cluster already processed, instead of applying it late; 0: no horizon. Records "
+        "before 2000-01-01 always are.",
+    )
+    shard: Annotated[Shard, NoDecode] = Field(
+        default=UNSHARDED,
+        description="Run N workers as 0/N .. N-1/N: shard I keeps the clusters whose name hashes to I "
+        "(its consumer group and transactional ids get the suffix -IofN).",
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Serve Prometheus /metrics on this port."
+    )
+    metrics_host: str = Field(default="127.0.0.1", description="Address /metrics binds (0.0.0.0 in a pod).")
+
+    @field_validator("processors", mode="before")
+    @classmethod
+    def _split_processors(cls, value: object) -> object:
+        """A list, in the file or as JSON in a variable, or ``"allocation,alerts"`` as the flag
+        takes it."""
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return split_processors(value)
+        return value
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _parse_shard(cls, value: object) -> object:
+        """``"I/N"`` as the flag takes it; a wrong one fails with what to write instead."""
+        return Shard.parse(value) if isinstance(value, str) else value
+
+    @property
+    def consumer_group(self) -> str:
+        """The group (and transactional id prefix) the worker runs as: ``group_id``, with the
+        suffix ``-IofN`` for shard I of N, so that shards never share a transactional id."""
+        if self.shard.count > 1:
+            return f"{self.group_id}-{self.shard.index}of{self.shard.count}"
+        return self.group_id
