@@ -157,15 +157,30 @@ def test_a_required_group_that_has_not_committed_holds_its_partitions(
 def test_a_required_groups_commits_on_topics_it_no_longer_reads_hold_nothing_back(
     platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
 ) -> None:
-    events, _state = topics
+    events, state = topics
     exporter, worker = f"ret-exporter-{unique}", f"ret-worker-{unique}"
     consume_to(platform, exporter, events.name, {0: 2, 1: 3})  # an earlier release read the topic
     consume_to(platform, worker, events.name, {0: 15, 1: 16})
-    policy = RetentionPolicy(topics=(events,), keep_ms=0, required={exporter: (), worker: (events,)})
+    policy = RetentionPolicy(topics=(events,), keep_ms=0, required={exporter: (state,), worker: (events,)})
 
     Retainer(platform.kafka, policy).run_once()
 
     assert low_watermarks(platform, events.name) == {0: 15, 1: 16}
+
+
+def test_a_required_group_given_no_topics_holds_back_wherever_it_committed(
+    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
+) -> None:
+    """The worker (its inputs follow its processors) lags behind the sink: its commits hold."""
+    events, _state = topics
+    sink, worker = f"ret-sink-{unique}", f"ret-worker-{unique}"
+    consume_to(platform, sink, events.name, {0: 20, 1: 20})
+    consume_to(platform, worker, events.name, {0: 4, 1: 7})
+    policy = RetentionPolicy(topics=(events,), keep_ms=0, required={sink: (events,), worker: ()})
+
+    Retainer(platform.kafka, policy).run_once()
+
+    assert low_watermarks(platform, events.name) == {0: 4, 1: 7}
 
 
 def test_ignored_groups_hold_nothing_back_and_unread_partitions_stay(

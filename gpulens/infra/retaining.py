@@ -12,7 +12,8 @@ partition of every catalog topic with ``cleanup.policy=delete`` at the lower of
   ``required`` groups must have committed on every partition of the topics it reads (a
   pipeline group that has not started, or reads a partition from its first record without a
   commit yet, holds the whole partition back), and counts only there (the exporter's group
-  of an earlier release committed on the GPU samples, which it no longer reads); and
+  of an earlier release committed on the GPU samples, which it no longer reads); a required
+  group given no topics (the worker) counts wherever it committed; and
 - the first offset whose timestamp lies within the topic's retention (the catalog's
   ``retention.ms``, capped at ``keep_ms``: the embedded broker cannot hold days of samples),
 
@@ -65,7 +66,10 @@ class RetentionPolicy:
     keep_ms: int
     """Records younger than this stay, whatever every group has consumed."""
     required: Mapping[str, tuple[TopicSpec, ...]] = field(default_factory=dict)
-    """Groups that must have committed on every partition of these topics before any of it goes."""
+    """Groups that must have committed on every partition of these topics before any of it
+    goes; their commits on other topics hold nothing back (an earlier release read them). A
+    group given no topics (the worker: its inputs follow its processors) holds back wherever
+    it committed."""
     ignored: tuple[str, ...] = ()
     """Group name prefixes whose commits hold nothing back."""
 
@@ -214,9 +218,7 @@ class Retainer:
             committed = {
                 (tp.topic, tp.partition): tp.offset for tp in found.topic_partitions if tp.offset >= 0
             }
-            if (
-                group in self._policy.required
-            ):  # a pipeline group's commits on what it no longer reads hold nothing
+            if self._policy.required.get(group):  # its commits on what it no longer reads hold nothing
                 reads = {t.name for t in self._policy.required[group]}
                 committed = {where: offset for where, offset in committed.items() if where[0] in reads}
             needed = {
