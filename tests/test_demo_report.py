@@ -7,9 +7,13 @@ import sys
 from pathlib import Path
 
 from gpulens.config import load_settings
+from gpulens.consumers.clickhouse.client import get_client
 from gpulens.draining import wait_drained
 from gpulens.main_job import print_report
 from gpulens.platform import write_private_config
+from gpulens.producers.replay.locating import traces_dir
+
+GENAI_SAMPLES = traces_dir() / "alibaba-genai-2026" / "pod_gpu_duty_cycle_48pods.csv"
 
 
 def gpulens(config: Path, *args: str) -> list[str]:
@@ -31,5 +35,15 @@ def test_the_report_shows_what_clickhouse_holds_once_everything_is_processed(tmp
         print_report(settings, lines.append)
         assert printed.strip() == "\n".join(lines).strip()
         assert "GpuPodPending" in printed and "GpuIdle" in printed, printed
+        # Nothing lost on the way (retention runs beside the pipeline): every row of the GenAI
+        # trace is one sample of a GPU its workload's pod held.
+        with GENAI_SAMPLES.open() as handle:
+            rows = sum(1 for _ in handle) - 1  # the header
+        client = get_client(settings.clickhouse, database=settings.clickhouse.database)
+        counted = client.query(
+            "SELECT sum(samples) FROM workload_gpu_usage FINAL WHERE cluster = {c:String}",
+            parameters={"c": f"{settings.cluster}-genai"},
+        ).result_rows[0][0]
+        assert counted == rows
     finally:
         subprocess.run(gpulens(config, "down"), capture_output=True, timeout=600, check=False)
