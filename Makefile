@@ -27,12 +27,14 @@ smoke: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # Regenerate the lock file from pyproject.toml (needs PyPI).
 lock:

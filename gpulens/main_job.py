@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +23,8 @@ from gpulens.pipeline.settings import PROCESSORS
 
 if TYPE_CHECKING:
     from gpulens.draining import GroupLag
+    from gpulens.schemas.model.models import Event
+    from gpulens.schemas.model.topics import TopicSpec
 
 WORKER, SINK, EXPORTER, WATCHER, SUPERVISOR = "worker", "sink", "exporter", "watcher", "supervisor"
 RETENTION = "retention"
@@ -131,7 +133,7 @@ def replay_traces(settings: GPULensSettings) -> int:
 
     traces = traces_dir()
     codec = AvroCodec(registry_client(settings.registry.url))
-    plans = {
+    plans: dict[str, Callable[[], Iterator[tuple[TopicSpec, Event]]]] = {
         "alibaba-v2023": lambda: alibaba_v2023.plan(
             alibaba_v2023.read_nodes(traces / "alibaba-gpu-v2023/openb_node_list_gpu_node.csv"),
             alibaba_v2023.read_pods(traces / "alibaba-gpu-v2023/openb_pod_list_default.csv"),

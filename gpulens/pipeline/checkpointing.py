@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -157,7 +158,7 @@ class Checkpoint:
             if state_log.snapshot_possible():  # listing every live key each cycle would cost
                 live = list(part.live())
                 if state_log.snapshot_due(len(live)):
-                    state_log.snapshot(self._producer, lambda p=part, k=live: _entries(p, k), len(live))
+                    state_log.snapshot(self._producer, partial(_entries, part, live), len(live))
                     self.written += len(live)
         if offsets:
             group = self._consumer.consumer_group_metadata()

@@ -52,6 +52,7 @@ def diff(before: DeviceInventory | None, after: DeviceInventory) -> Iterator[Dev
         was, now = old.get(key), new.get(key)
         if was == now:
             continue
+        changed: list[str]
         if was is None:
             change, changed = ChangeType.ADDED, []
         elif now is None:

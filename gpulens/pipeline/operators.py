@@ -61,9 +61,16 @@ class Operator(Protocol):
 
     name: str
     """Names its state log: ``gpulens.worker.<group>.<name>.changelog``."""
-    inputs: tuple[TopicSpec, ...]
-    state: Stateful
-    """What a restart restores instead of re-reading the inputs."""
+
+    @property
+    def inputs(self) -> tuple[TopicSpec, ...]:
+        """The topics it reads."""
+        ...
+
+    @property
+    def state(self) -> Stateful:
+        """What a restart restores instead of re-reading the inputs."""
+        ...
 
     def advance(self, event: Given) -> Iterator[Sequence[Row]]:
         """The rows of the windows ``event``'s time closes, one window at a time, lazily (a day's
@@ -103,7 +110,7 @@ class AllocationOperator:
     def process(self, event: Given) -> Sequence[Record]:
         return self._aggregator.process(event)
 
-    def output(self, row: Record) -> TopicSpec:
+    def output(self, row: Row) -> TopicSpec:
         if isinstance(row, ClusterOverview):
             return CLUSTER_OVERVIEW
         return CLUSTER_ALLOCATION if isinstance(row, ClusterGpuAllocation) else NODE_ALLOCATION
@@ -124,7 +131,7 @@ class WorkloadUsageOperator:
     def process(self, event: Given) -> Sequence[Record]:
         return self._usage.process(event)
 
-    def output(self, _row: Record) -> TopicSpec:
+    def output(self, _row: Row) -> TopicSpec:
         return WORKLOAD_USAGE
 
 
@@ -140,7 +147,7 @@ class AlertOperator(_Unwindowed):
     def process(self, event: Given) -> Sequence[Record]:
         return self._detector.process(event)
 
-    def output(self, _row: Record) -> TopicSpec:
+    def output(self, _row: Row) -> TopicSpec:
         return ALERTS
 
 
@@ -169,7 +176,7 @@ class DeviceChangelogOperator(_Unwindowed):
             self._changed.add(("inventory", *key))
         return changes
 
-    def output(self, _row: Record) -> TopicSpec:
+    def output(self, _row: Row) -> TopicSpec:
         return DEVICE_CHANGELOG
 
     def changed(self) -> set[StateKey]:
@@ -200,7 +207,7 @@ class LatestSamplesOperator(_Unwindowed):
         assert isinstance(event, GpuSampleBatch | SampleColumns)
         return self._latest.process(event)
 
-    def output(self, _row: Record) -> TopicSpec:
+    def output(self, _row: Row) -> TopicSpec:
         return STATE_GPU_SAMPLES
 
 

@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -460,11 +461,12 @@ class StreamWorker:
             if self._shard is not None and not self._shard.owns_key(key):
                 record, event_ms, cluster = OFFSET_ONLY, self._last_ms.get((topic, partition), 0), ""
             else:
+                # The worker reads only its operators' inputs: event topics, so a record is an Event.
                 record = (
                     columns
                     if columns is not None
-                    else self._codec.decode(self._specs[topic], message.value() or b"")
-                )  # type: ignore[assignment]
+                    else cast(Event, self._codec.decode(self._specs[topic], message.value() or b""))
+                )
                 if self._shard is not None:
                     _check_key(key, record)
                 event_ms, cluster = to_ms(record.event_time), record.cluster
@@ -481,10 +483,10 @@ class StreamWorker:
                     event_ms = self._last_ms.get((topic, partition), 0)
                 elif isinstance(record, Watermark):
                     self._last_ms[(topic, partition)] = event_ms
-                    kind, stamped = message.timestamp()
+                    kind, produced_ms = message.timestamp()
                     self._clocks.watermark(
                         cluster, record.source, event_ms, final=record.final,
-                        produced_ms=stamped if kind == TIMESTAMP_CREATE_TIME else None,
+                        produced_ms=produced_ms if kind == TIMESTAMP_CREATE_TIME else None,
                     )  # fmt: skip
                 else:
                     self._last_ms[(topic, partition)] = event_ms

@@ -249,9 +249,9 @@ class StateTables:
         ]  # fmt: skip
 
     def load(self, key: StateKey, value: Any) -> None:
-        *fields, reported, pods = value
+        uid, namespace, name, kind, parent_uid, top_uid, first_seen, last_seen, reported, pods = value
         self._workloads[(key[1], key[2])] = Workload(
-            *fields,
+            uid, namespace, name, kind, parent_uid, top_uid, first_seen, last_seen,
             reported=None if reported is None else WorkloadStatus(reported),
-            pods={uid: ActivePod(*pod) for uid, pod in pods.items()},
-        )
+            pods={pod_uid: ActivePod(*pod) for pod_uid, pod in pods.items()},
+        )  # fmt: skip

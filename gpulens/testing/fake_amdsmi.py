@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeAlias, TypedDict, TypeVar
 
 STATUS_NOT_SUPPORTED = 2
 STATUS_DRIVER_NOT_LOADED = 34
@@ -82,7 +82,32 @@ class ProcessorHandle:
 GIB = 1024**3
 
 
-def mi300x(index: int) -> dict[str, Any]:
+class AmdGpu(TypedDict):
+    """One board's readings; None where the board raises NOT_SUPPORTED, "N/A" where amdsmi says so."""
+
+    uuid: str
+    bdf: str
+    asic: dict[str, Any]
+    board: dict[str, Any]
+    vbios: dict[str, Any]
+    driver: dict[str, Any]
+    numa: int
+    partition: str | None
+    vram_total: int
+    vram_used: int
+    activity: dict[str, Any]
+    temperature: dict[str, int | None]
+    power: dict[str, Any]
+    energy: dict[str, Any]
+    pcie_bandwidth: int | str
+    ecc: dict[str, Any]
+    clocks: dict[str, int]
+
+
+_T = TypeVar("_T")
+
+
+def mi300x(index: int) -> AmdGpu:
     """One MI300X (OAM, SPX partition) as amdsmi reports it; no edge sensor on this board."""
     bus = 0x0C + 0x10 * index
     return {
@@ -137,7 +162,7 @@ def mi300x(index: int) -> dict[str, Any]:
     }
 
 
-def mi250x(index: int) -> dict[str, Any]:
+def mi250x(index: int) -> AmdGpu:
     """One MI250X GCD: edge sensor present, only the average socket power, older driver."""
     gpu = mi300x(index)
     gpu["asic"] = {**gpu["asic"], "market_name": "AMD Instinct MI250X", "device_id": "0x740c"}
@@ -160,24 +185,25 @@ class FakeAmdSmi:
 
     AmdSmiException = AmdSmiException
     AmdSmiLibraryException = AmdSmiLibraryException
-    AmdSmiInitFlags = AmdSmiInitFlags
-    AmdSmiMemoryType = AmdSmiMemoryType
-    AmdSmiTemperatureType = AmdSmiTemperatureType
-    AmdSmiTemperatureMetric = AmdSmiTemperatureMetric
-    AmdSmiClkType = AmdSmiClkType
+    # Aliases, not variables: the methods' signatures name these enums as amdsmi's do.
+    AmdSmiInitFlags: TypeAlias = AmdSmiInitFlags
+    AmdSmiMemoryType: TypeAlias = AmdSmiMemoryType
+    AmdSmiTemperatureType: TypeAlias = AmdSmiTemperatureType
+    AmdSmiTemperatureMetric: TypeAlias = AmdSmiTemperatureMetric
+    AmdSmiClkType: TypeAlias = AmdSmiClkType
 
-    def __init__(self, gpus: list[dict[str, Any]], *, init_error: int | None = None) -> None:
+    def __init__(self, gpus: list[AmdGpu], *, init_error: int | None = None) -> None:
         self.gpus = gpus
         self.init_error = init_error
         self.initialized = False
 
-    def _gpu(self, handle: ProcessorHandle) -> dict[str, Any]:
+    def _gpu(self, handle: ProcessorHandle) -> AmdGpu:
         if not self.initialized:
             raise AmdSmiLibraryException(32)  # AMDSMI_STATUS_NOT_INIT
         return self.gpus[handle.slot]
 
     @staticmethod
-    def _supported(value: Any) -> Any:
+    def _supported(value: _T | None) -> _T:
         if value is None:
             raise AmdSmiLibraryException(STATUS_NOT_SUPPORTED)
         return value

@@ -110,8 +110,7 @@ class FakeKube:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"
 
     def __enter__(self) -> FakeKube:
         self._serving = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-kube")

@@ -220,6 +220,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, slot: int) -> _Handle:
         migs = self._whole_gpu(handle).migs
-        if slot >= len(migs) or migs[slot] is None:
+        mig = migs[slot] if slot < len(migs) else None
+        if mig is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        return _Handle(migs[slot], is_mig=True)
+        return _Handle(mig, is_mig=True)

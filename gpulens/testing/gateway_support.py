@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from pydantic import SecretStr
 
 from gpulens.producers.gateway import GatewaySettings
 from gpulens.schemas.kafka.settings import KafkaSettings
@@ -27,7 +28,7 @@ def private_topic(kafka: KafkaSettings, name: str, partitions: int = 6) -> Topic
 
 
 def gateway_settings(**overrides: Any) -> GatewaySettings:
-    return GatewaySettings(host="127.0.0.1", port=0, tokens=(TOKEN,), metrics_port=0, **overrides)
+    return GatewaySettings(host="127.0.0.1", port=0, tokens=(SecretStr(TOKEN),), metrics_port=0, **overrides)
 
 
 def storage_values(volume: str) -> dict[str, Any]:
@@ -64,8 +65,8 @@ def event_ids(
             for message in consumer.consume(10_000, timeout=0.5):
                 if message.error() is not None:
                     continue
-                seen[codec.decode_dict(topic, message.value())["event_id"]] += 1
-                if message.offset() + 1 >= ends.get(message.partition(), 0):
+                seen[codec.decode_dict(topic, message.value() or b"")["event_id"]] += 1
+                if (message.offset() or 0) + 1 >= ends.get(message.partition(), 0):
                     ends.pop(message.partition(), None)
         assert not ends, f"partitions not read to their end: {ends}"
         return seen

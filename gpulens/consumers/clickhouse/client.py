@@ -12,7 +12,7 @@ from gpulens.consumers.clickhouse.exceptions import translate
 from gpulens.consumers.clickhouse.settings import ClickHouseSettings
 
 
-def get_client(settings: ClickHouseSettings, *, database: str | None = None, **kwargs: object) -> Client:
+def get_client(settings: ClickHouseSettings, *, database: str | None = None) -> Client:
     """A clickhouse-connect client: HTTP for ``http(s)://`` URLs, in-process chDB for ``chdb://``.
 
     Raises :class:`~gpulens.consumers.clickhouse.exceptions.ClickHouseUnavailable` when the server
@@ -21,7 +21,7 @@ def get_client(settings: ClickHouseSettings, *, database: str | None = None, **k
     url = urlparse(settings.url)
     try:
         if url.scheme == "chdb":
-            return clickhouse_connect.get_client(dsn=settings.url, database=database, **kwargs)
+            return clickhouse_connect.get_client(dsn=settings.url, database=database)
         return clickhouse_connect.get_client(
             host=url.hostname or "127.0.0.1",
             port=url.port or (8443 if url.scheme == "https" else 8123),
@@ -29,7 +29,6 @@ def get_client(settings: ClickHouseSettings, *, database: str | None = None, **k
             username=settings.username,
             password=settings.password.get_secret_value(),
             database=database,
-            **kwargs,
         )
     except DriverError as err:
         raise translate(err, f"connecting to {settings.url}") from err

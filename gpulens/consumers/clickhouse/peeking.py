@@ -50,14 +50,15 @@ def array_length(value: bytes, before: str) -> int | None:
     """Items in the first block of the array that follows the fields ``before`` (one letter
     each: ``s`` string or bytes, ``l`` int or long) at the start of the body. Writers put a
     short array in one block (fastavro always does), so it is the array's length."""
-    at: int | None = HEADER
+    at = HEADER
     for kind in before:
         if kind == "s":
-            at = _string_end(value, at)
+            end = _string_end(value, at)
         else:
             read = _long(value, at)
-            at = None if read is None else read[1]
-        if at is None:
+            end = None if read is None else read[1]
+        if end is None:
             return None
+        at = end
     read = _long(value, at)
     return None if read is None else abs(read[0])

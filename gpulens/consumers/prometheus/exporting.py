@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from wsgiref.simple_server import WSGIServer
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
@@ -216,7 +217,7 @@ def start_offsets(
             offset = checkpointed.get((tp.topic, tp.partition))
             if tp.topic in samples:
                 low, high = retry_transient(
-                    lambda tp=tp: probe.get_watermark_offsets(tp, timeout=10, cached=False),
+                    partial(probe.get_watermark_offsets, tp, timeout=10, cached=False),
                     operation="watermarks",
                 )
                 resume = low if offset is None else max(offset, low)

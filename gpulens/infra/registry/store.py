@@ -84,7 +84,7 @@ class SchemaStore:
                 if message.error():
                     raise RegistryError(f"replaying {self._topic}: {message.error()}")
                 self._apply(message.key(), message.value())
-                position = message.offset() + 1
+                position = (message.offset() or 0) + 1
         finally:
             consumer.close()
         self._producer = Producer(self._kafka.librdkafka(**{"acks": "all", "linger.ms": 0}))

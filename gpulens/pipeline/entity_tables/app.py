@@ -86,7 +86,7 @@ class Tables:
     """Internal: per workload partition and pod partition, the last forwarded pod applied."""
 
 
-def build_app(kafka: KafkaSettings, options: TablesOptions, ledger: Ledger) -> faust.App:
+def build_app(kafka: KafkaSettings, options: TablesOptions, ledger: Ledger) -> IncarnationApp:
     """The faust app: exactly once under this incarnation's transactional ids, RocksDB stores
     recovered from the changelogs, web views on ``options.web_host`` only."""
     return IncarnationApp(

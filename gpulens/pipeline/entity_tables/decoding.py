@@ -31,7 +31,7 @@ class Decoding:
         self._producer = Producer(kafka.librdkafka(**{"enable.idempotence": True}))
         self._dead_letters = DeadLetterPublisher(self._producer, codec, consumer=consumer)
 
-    async def decode(self, spec: TopicSpec, event: EventT, record: type[R]) -> R | None:
+    async def decode(self, spec: TopicSpec, event: EventT[bytes], record: type[R]) -> R | None:
         """The record in ``event``, or None once it is in the DLQ."""
         message = event.message
         value = message.value if isinstance(message.value, bytes) else b""

@@ -25,12 +25,12 @@ def register(
 ) -> None:
     """Add the inventories agent to ``app``."""
 
-    async def inventory(event: EventT) -> None:
+    async def inventory(event: EventT[bytes]) -> None:
         found = await decoding.decode(DEVICE_INVENTORY, event, DeviceInventory)
         if found is None:
             return
         known = tables.inventories.get(record_key(STATE_INVENTORY, found))
-        before = codec.decode(STATE_INVENTORY, known) if known is not None else None
+        before = codec.decode(STATE_INVENTORY, known, DeviceInventory) if known is not None else None
         for change in diff(before, found):
             tables.device_changes[record_key(DEVICE_CHANGELOG, change)] = codec.encode(
                 DEVICE_CHANGELOG, change

@@ -21,7 +21,7 @@ from gpulens.schemas.model.topics import CONTAINERS, NODES, PODS
 def register(app: IncarnationApp, decoding: Decoding, writer: StateWriter, forwarder: PodForwarder) -> None:
     """Add the pods, nodes and containers agents to ``app``."""
 
-    async def pod(event: EventT) -> None:
+    async def pod(event: EventT[bytes]) -> None:
         found = await decoding.decode(PODS, event, PodEvent)
         if found is None:
             return
@@ -30,12 +30,12 @@ def register(app: IncarnationApp, decoding: Decoding, writer: StateWriter, forwa
         assert isinstance(value, bytes)
         await forwarder.forward(found, value, event.message.partition, event.message.offset)
 
-    async def node(event: EventT) -> None:
+    async def node(event: EventT[bytes]) -> None:
         found = await decoding.decode(NODES, event, NodeEvent)
         if found is not None:
             writer.apply(entity_rows(found))
 
-    async def container(event: EventT) -> None:
+    async def container(event: EventT[bytes]) -> None:
         found = await decoding.decode(CONTAINERS, event, ContainerEvent)
         if found is not None:
             writer.apply(entity_rows(found))

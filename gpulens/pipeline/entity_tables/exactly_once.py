@@ -79,7 +79,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Set
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, cast
 
 import faust
@@ -169,7 +169,7 @@ class IncarnationApp(faust.App):
         super().__init__(*args, **kwargs)
 
     def agent_body(
-        self, apply: Callable[[EventT], Awaitable[None]]
+        self, apply: Callable[[EventT[bytes]], Awaitable[None]]
     ) -> Callable[[StreamT[bytes]], Awaitable[None]]:
         """An agent applying each record of its stream once, in offset order, between two
         commits, and acknowledging it before the next commit (faust would acknowledge it only
@@ -221,10 +221,10 @@ class IncarnationTransactions(TransactionManager):
     def _transactional_id(self, group: int, partition: int) -> str:
         return f"{self.app.conf.id}-{self._ledger().incarnation}-{group}-{partition}"
 
-    def _tps_to_transactional_ids(self, tps: Set[TP]) -> set[str]:
+    def _tps_to_transactional_ids(self, tps: set[TP]) -> set[str]:
         return {self._transactional_id(tpg.group, tpg.partition) for tpg in self._tps_to_active_tpgs(tps)}
 
-    async def on_rebalance(self, assigned: Set[TP], revoked: Set[TP], newly_assigned: Set[TP]) -> None:
+    async def on_rebalance(self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP]) -> None:
         cast(IncarnationApp, self.app).sequence.forget(revoked | newly_assigned)
         await super().on_rebalance(assigned, revoked, newly_assigned)
 
@@ -290,7 +290,8 @@ class Consumer(aiokafka.Consumer):
     ) -> bool:
         app = cast(IncarnationApp, self.app)
         async with app.gate:
-            return await super().force_commit(topics, start_new_transaction)
+            committed: bool = await super().force_commit(topics, start_new_transaction)
+            return committed
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)

@@ -22,7 +22,7 @@ from gpulens.schemas.model.models import PodEvent, WorkloadEvent
 from gpulens.schemas.model.topics import PODS, WORKLOADS, TopicSpec, entity_key
 
 
-def _position(event: EventT) -> Position:
+def _position(event: EventT[bytes]) -> Position:
     headers = dict(event.message.headers or ())
     found = headers.get(POSITION)
     assert isinstance(found, bytes), f"a forwarded pod without {POSITION}"
@@ -35,7 +35,7 @@ def register(
     """Add the workloads agent to ``app``."""
     state = StateTables(WorkloadTable(tables.workload_records))
 
-    async def apply(event: EventT) -> None:
+    async def apply(event: EventT[bytes]) -> None:
         if event.message.topic == WORKLOADS.name:
             workload = await decoding.decode(WORKLOADS, event, WorkloadEvent)
             if workload is not None:
@@ -49,7 +49,9 @@ def register(
         pod = await decoding.decode(PODS, event, PodEvent)
         if pod is not None:
             owners = [entity_key(pod.cluster, owner.uid) for owner in workload_chain(pod)]
-            writer.apply(state.pod_in_workload(pod, owners.index(event.message.key)))
+            key = event.message.key
+            assert isinstance(key, bytes), "a forwarded pod without its workload's key"
+            writer.apply(state.pod_in_workload(pod, owners.index(key)))
         tables.forwarded[applied_key] = position.header()
 
     app.agent(source(app, WORKLOADS, forwarded), name="gpulens.tables.workloads")(app.agent_body(apply))

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TypeVar
 
 from gpulens.producers.agent.collecting import (
@@ -27,7 +28,7 @@ from gpulens.producers.agent.events import ContainerTracker, NodeIdentity, inven
 from gpulens.producers.agent.exceptions import CollectorUnavailable
 from gpulens.producers.agent.metrics import AgentMetrics
 from gpulens.producers.agent.sending import SpoolingSender
-from gpulens.schemas.model.models import GpuDevice, RdmaDevice
+from gpulens.schemas.model.models import GpuDevice, GpuSample, RdmaDevice
 from gpulens.schemas.model.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES
 
 log = logging.getLogger(__name__)
@@ -113,9 +114,9 @@ class NodeAgent:
         rdma_collectors = [c for c in self._active if isinstance(c, BaseRdmaCollector)]
         gpus: list[GpuDevice] = []
         rdma: list[RdmaDevice] = []
-        samples = []
+        samples: list[GpuSample] = []
         for gpu in gpu_collectors:
-            found = self._collect(gpu, lambda c=gpu: (c.gpus(), c.samples()))
+            found = self._collect(gpu, partial(_gpus_and_samples, gpu))
             if found is not None:
                 gpus += found[0]
                 samples += found[1]
@@ -180,3 +181,8 @@ class NodeAgent:
         for collector in self._active:
             collector.close()
         self._active.clear()
+
+
+def _gpus_and_samples(collector: BaseGpuCollector) -> tuple[list[GpuDevice], list[GpuSample]]:
+    """A GPU collector's devices and samples, read together: a failure skips both."""
+    return collector.gpus(), collector.samples()

@@ -70,7 +70,7 @@ class GatewayPublisher(BasePublisher):
             self._channel = grpc.secure_channel(settings.address, credentials)
         else:
             self._channel = grpc.insecure_channel(settings.address)
-        self._stub = ingest_pb2_grpc.IngestStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = ingest_pb2_grpc.IngestStub(self._channel)
         token = settings.token.get_secret_value() if settings.token else ""
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._open: _Batch | None = None

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, cast
 
 import grpc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -258,12 +259,14 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
     def _produce(self, checked: Checked, delivery: _Delivery) -> None:
         """Queue the batch's records, each topic's in one call; then serve the callbacks due."""
         for topic, records in checked.items():
+            # Plain dicts, as produce_batch takes them: it writes a refused one's "_error" into it.
+            messages = cast(list[dict[str, Any]], records)
             try:
-                self._producer.produce_batch(topic, records, on_delivery=delivery.on_delivery)
+                self._producer.produce_batch(topic, messages, on_delivery=delivery.on_delivery)
             except (KafkaException, BufferError, TypeError) as err:
                 delivery.fail(f"the producer refused the batch: {err}")
                 return
-            refused = [record["_error"] for record in records if "_error" in record]  # type: ignore[typeddict-item]
+            refused = [message["_error"] for message in messages if "_error" in message]
             if refused:  # never expected (sizes are checked, room is made): the batch is resent
                 log.error("the producer refused %d records of a batch: %s", len(refused), refused[0])
                 delivery.fail(f"the producer refused {len(refused)} records: {refused[0]}")
@@ -344,7 +347,7 @@ class Gateway:
             ]
         )
         service = IngestService(self.settings, self._producer, self._validator, self.metrics)
-        ingest_pb2_grpc.add_IngestServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        ingest_pb2_grpc.add_IngestServicer_to_server(service, server)
         self.port = self._listen(server)
         poller = asyncio.create_task(self._poll())
         try:
@@ -366,6 +369,7 @@ class Gateway:
 
     def _listen(self, server: grpc.aio.Server) -> int:
         address = f"{self.settings.host}:{self.settings.port}"
+        port: int  # 0 when grpc could not bind
         if self.settings.tls_cert and self.settings.tls_key:
             credentials = grpc.ssl_server_credentials(
                 [(self.settings.tls_key.read_bytes(), self.settings.tls_cert.read_bytes())]

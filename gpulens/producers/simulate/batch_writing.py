@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpulens.producers.simulate.rounds import SampleRound
+from gpulens.producers.simulate.rounds import Ints, SampleRound
 from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.models import GpuSampleBatch
 from gpulens.schemas.model.topics import entity_key
@@ -110,7 +110,7 @@ class SampleBatchWriter:
         """Offset of the event time in every row (the cluster's length decides it)."""
         self._time_len = 0
         self._nulls: frozenset[str] = frozenset()
-        self._where_of: tuple[Any, ...] | None = None
+        self._where_of: tuple[tuple[int, int, tuple[int, ...]], Ints, Ints, Ints] | None = None
         """(key, rows, slots, byte index) of the previous round (:meth:`_where`)."""
         """The float columns null in every sample of the layouts."""
 
@@ -171,7 +171,7 @@ class SampleBatchWriter:
         return where
 
     def _bytes_at(self, row: Any, slots: npt.NDArray[np.int64], columns: list[int]) -> npt.NDArray[np.int64]:
-        start = row * self._width + self._offsets[slots][:, columns]
+        start: npt.NDArray[np.int64] = row * self._width + self._offsets[slots][:, columns]
         return start[..., None] + np.arange(8)
 
     def _rows_of(self, round_: SampleRound) -> npt.NDArray[np.int64]:

@@ -11,6 +11,7 @@ the caller slows down to the broker's pace instead of crashing. A record larger 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import Counter
@@ -25,8 +26,16 @@ QUEUE_FULL_WAITS = Counter(
     ["topic"],
 )
 
-Headers = dict[str, bytes]
+Headers = dict[str, str | bytes | None]
+"""Record headers as librdkafka takes them."""
 DeliveryReport = Callable[[KafkaError | None, Message], None]
+
+
+class _ProduceOptions(TypedDict, total=False):
+    """The optional arguments of ``Producer.produce``, passed only when given."""
+
+    headers: Headers
+    on_delivery: DeliveryReport
 
 
 class RecordTooLarge(GPULensError):
@@ -45,7 +54,7 @@ def produce_with_backpressure(
 ) -> None:
     """``producer.produce(...)``, waiting (serving delivery reports ``wait_s`` at a time) while
     librdkafka's queue is full; :class:`RecordTooLarge` when the record can never fit."""
-    extra: dict[str, object] = {}
+    extra: _ProduceOptions = {}
     if headers is not None:
         extra["headers"] = headers
     if on_delivery is not None:

@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, DeletedRecords, NewTopic
 
 from gpulens.schemas.kafka.producing import produce_with_backpressure
 from gpulens.schemas.kafka.settings import KafkaSettings
@@ -128,7 +128,7 @@ class StateLog:
         )
         self._since_snapshot = 0
 
-    def cut(self, admin: AdminClient) -> Future | None:
+    def cut(self, admin: AdminClient) -> Future[DeletedRecords] | None:
         """Delete what precedes the newest snapshot the broker has whole; the deletion's future,
         None when there is nothing to cut. Call it once that snapshot is durable: after its
         transaction committed, or after a flush without one. The deletion runs in the
@@ -153,7 +153,7 @@ class StateLog:
             self._cut_at = self._opened
         self._opened = None
 
-    def _cut_done(self, future: Future) -> None:
+    def _cut_done(self, future: Future[DeletedRecords]) -> None:
         try:
             future.result()
         except KafkaException as err:

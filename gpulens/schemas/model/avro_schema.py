@@ -30,7 +30,9 @@ AvroType = str | dict[str, Any] | list[Any]
 
 def derive(model: type[Record]) -> dict[str, Any]:
     """The Avro record schema of ``model`` (nested records and enums defined inline once)."""
-    return _record(model, defined=set())
+    schema = _record(model, defined=set())
+    assert isinstance(schema, dict)  # nothing is defined yet, so the record is written out whole
+    return schema
 
 
 def schema_path(model: type[Record]) -> Path:

@@ -20,7 +20,7 @@ each cluster's event time.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Annotated, ClassVar
 
 from annotated_types import Ge, Lt
@@ -590,7 +590,7 @@ class DeadLetter(Record):
     )
 
 
-AVRO_ENUM_DEFAULTS: dict[type[StrEnum], StrEnum] = {
+AVRO_ENUM_DEFAULTS: dict[type[Enum], StrEnum] = {
     AlertState: AlertState.OPENED,
     ChangeType: ChangeType.MODIFIED,
     WorkloadStatus: WorkloadStatus.RUNNING,

@@ -13,7 +13,7 @@ import struct
 from contextlib import suppress
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -97,7 +97,11 @@ class AvroCodec:
 
     # --- decoding ------------------------------------------------------------------------
 
-    def decode(self, topic: TopicSpec, data: bytes, record: type[R] | None = None) -> R:
+    @overload
+    def decode(self, topic: TopicSpec, data: bytes) -> Record: ...
+    @overload
+    def decode(self, topic: TopicSpec, data: bytes, record: type[R]) -> R: ...
+    def decode(self, topic: TopicSpec, data: bytes, record: type[R] | None = None) -> Record:
         """The validated record in ``data``; :class:`DecodeError` when it can never be one."""
         model = record or topic.record
         if model is topic.record and len(data) > _HEADER.size and data[0] == MAGIC:
@@ -106,10 +110,10 @@ class AvroCodec:
             reader = self._compiled[key] if key in self._compiled else self._compile(schema_id, topic)
             if reader is not None:
                 with suppress(Exception):  # anything it cannot read, the exact path decides
-                    return reader(data, _HEADER.size)  # type: ignore[return-value]
+                    return reader(data, _HEADER.size)
         values = self.decode_dict(topic, data)
         try:
-            return model.model_validate(values)  # type: ignore[return-value]
+            return model.model_validate(values)
         except ValidationError as err:
             raise DecodeError(DecodeFailure.INVALID_RECORD, invalid_detail(model, err)) from err
 

@@ -252,12 +252,12 @@ class _Source:
             self._varint(out, "n", pad)
             out.append(f"{pad}{var} = _epoch + n * _ms")
         elif isinstance(annotation, type) and issubclass(annotation, Enum):
-            members = self._constant(tuple(annotation))
+            symbols = self._constant(tuple(annotation))
             self._varint(out, "n", pad)
             out += [
                 f"{pad}if n < 0:",
                 f"{pad}    raise ValueError('enum index')",
-                f"{pad}{var} = {members}[n]",
+                f"{pad}{var} = {symbols}[n]",
             ]
         elif isinstance(annotation, type) and issubclass(annotation, Record):
             out.append(f"{pad}{var}, pos = {self.record(annotation)}(data, pos)")

@@ -110,12 +110,13 @@ class _Lockstep:
 
     def _at(self) -> np.ndarray:
         """Each body's position, kept inside the buffer (a bad body's may point anywhere)."""
-        return np.minimum(self.pos, self.limit)
+        at: np.ndarray = np.minimum(self.pos, self.limit)
+        return at
 
     def varint(self, active: np.ndarray) -> np.ndarray:
         """The zigzag long at each active body's position (rows with a bad one turn bad)."""
         first = self.buf[self._at()].astype(np.int64)
-        value = (first >> 1) ^ -(first & 1)
+        value: np.ndarray = (first >> 1) ^ -(first & 1)
         longer = np.flatnonzero(active & (first >= 128))
         size = np.ones(len(active), dtype=np.int64)
         bad = np.zeros(len(active), dtype=bool)
@@ -145,7 +146,8 @@ class _Lockstep:
         """Whether each active body's union holds a value (branch 1; branch 0 is null)."""
         tag = self.buf[self._at()]
         self._advance(active, 1, (tag != 0) & (tag != 2))
-        return active & (tag == 2)
+        holds: np.ndarray = active & (tag == 2)
+        return holds
 
     def double(self, active: np.ndarray) -> np.ndarray:
         grid = np.ascontiguousarray(self.buf[self._at()[:, None] + _EIGHT])
