@@ -155,11 +155,19 @@ class BaseWindowedAggregator(BaseAggregator[W], Generic[W, R]):
         is processed. After each window the cluster's instant moves to that window's end
         (nothing happened in between), so state checkpointed between two windows goes on from
         there, and an event given again after a restart closes only what is left."""
-        if not self._closes_windows(event):
-            return
         at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
-        if cluster is None or at <= cluster.instant:
-            return
+        if (
+            cluster is None
+            or at < cluster.window_start + self.windows.size_ms
+            or not self._closes_windows(event)
+        ):
+            # Nothing closes (the open window always ends after the instant), as for most
+            # events: asked first, with no generator built; processing the event settles what
+            # time leaves.
+            return iter(())
+        return self._closing(cluster, at)
+
+    def _closing(self, cluster: W, at: int) -> Iterator[list[R]]:
         self._changed.add(("cluster", cluster.name))
         self._settle(cluster)
         while cluster.window_start + self.windows.size_ms <= at:

@@ -126,7 +126,7 @@ class AlertDetector(BaseAggregator[_Cluster]):
 
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
         alerts = []
-        at = to_ms(batch.event_time)
+        at = cluster.instant  # the batch's time, once entered
         threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
         for device_id, utilization in readings(batch):
             gpu = cluster.holders.gpu(device_id)
