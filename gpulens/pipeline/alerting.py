@@ -18,18 +18,19 @@ Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about
 State is checkpointed key by key under ``[kind, cluster, ...]``: ``cluster`` (instant), ``run``
 (idle runs per GPU), ``pending`` (unbound GPU pods), ``holding`` (pods holding GPUs), ``node``,
 ``gpus`` (each node's last inventory) and ``holders`` (see :mod:`gpulens.pipeline.holders`).
+Each cluster's instant and keys follow the aggregators' skeleton (:mod:`gpulens.pipeline.aggregating`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from gpulens.pipeline.aggregating import BaseAggregator
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.exceptions import LateEvent
 from gpulens.pipeline.holders import GpuHolders, PodRef
 from gpulens.pipeline.windows import from_ms, to_ms
 from gpulens.schemas.model.ids import event_id
@@ -44,7 +45,7 @@ from gpulens.schemas.model.models import (
     NodeEvent,
     PodEvent,
 )
-from gpulens.schemas.wire.sample_columns import SampleColumns, event_name, readings
+from gpulens.schemas.wire.sample_columns import SampleColumns, readings
 
 SOURCE = "gpulens-worker"
 
@@ -82,6 +83,7 @@ class _NodeState:
 
 @dataclass
 class _Cluster:
+    name: str
     instant: int
     holders: GpuHolders = field(default_factory=GpuHolders)
     gpus: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -93,29 +95,20 @@ class _Cluster:
     nodes: dict[str, _NodeState] = field(default_factory=lambda: defaultdict(_NodeState))
 
 
-class AlertDetector:
+class AlertDetector(BaseAggregator[_Cluster]):
     """Turns the event streams of clusters into Alert records."""
 
     def __init__(self, rules: AlertRules) -> None:
+        super().__init__()
         self.rules = rules
-        self._clusters: dict[str, _Cluster] = {}
-        self._changed: set[StateKey] = set()
+
+    def _open(self, name: str, at: int) -> _Cluster:
+        return _Cluster(name, at)
 
     def process(self, event: Event | SampleColumns) -> list[Alert]:
         """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
-        at = to_ms(event.event_time)
-        cluster = self._clusters.get(event.cluster)
-        if cluster is None:
-            cluster = self._clusters[event.cluster] = _Cluster(instant=at)
-            self._changed.add(("cluster", event.cluster))
-        if at < cluster.instant:
-            raise LateEvent(
-                f"{event_name(event)} at {event.event_time.isoformat()} arrived after "
-                f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
-            )
-        if at != cluster.instant:
-            cluster.instant = at
-            self._changed.add(("cluster", event.cluster))
+        cluster = self._enter(event)
+        at = cluster.instant
         alerts = self._expire_pending(cluster, at)
         if isinstance(event, GpuSampleBatch | SampleColumns):
             alerts += self._samples(cluster, event)
@@ -133,7 +126,7 @@ class AlertDetector:
 
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
         alerts = []
-        at = to_ms(batch.event_time)
+        at = cluster.instant  # the batch's time, once entered
         threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
         for device_id, utilization in readings(batch):
             gpu = cluster.holders.gpu(device_id)
@@ -344,28 +337,20 @@ class AlertDetector:
             labels=labels,
         )
 
-    # --- checkpoint (gpulens.pipeline.checkpointing.Stateful) -------------------------------------------
+    # --- checkpoint: holders, gpus, run, pending, holding, node besides ["cluster", c] ---------
 
-    def changed(self) -> set[StateKey]:
-        changed, self._changed = self._changed, set()
-        for name, cluster in self._clusters.items():
-            changed.update(cluster.holders.take_changed(name))
-        return changed
+    def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
+        return cluster.holders.take_changed(cluster.name)
 
-    def live(self) -> Iterator[StateKey]:
-        for name, cluster in self._clusters.items():
-            yield ("cluster", name)
-            yield from (("holders", name, *key) for key in cluster.holders.live())
-            for kind, entries in (
-                ("gpus", cluster.gpus), ("run", cluster.runs), ("pending", cluster.pending),
-                ("holding", cluster.holding), ("node", cluster.nodes),
-            ):  # fmt: skip
-                yield from ((kind, name, entity) for entity in entries)
+    def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
+        yield from (("holders", cluster.name, *key) for key in cluster.holders.live())
+        for kind, entries in (
+            ("gpus", cluster.gpus), ("run", cluster.runs), ("pending", cluster.pending),
+            ("holding", cluster.holding), ("node", cluster.nodes),
+        ):  # fmt: skip
+            yield from ((kind, cluster.name, entity) for entity in entries)
 
-    def dump(self, key: StateKey) -> Any:
-        cluster = self._clusters.get(key[1])
-        if cluster is None:
-            return None
+    def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
         kind, entity = key[0], key[-1]
         if kind == "cluster":
             return cluster.instant
@@ -390,10 +375,7 @@ class AlertDetector:
             return None
         return [node.allocatable, node.available, node.model, node.held, node.not_ready_since]
 
-    def load(self, key: StateKey, value: Any) -> None:
-        cluster = self._clusters.get(key[1])
-        if cluster is None:
-            cluster = self._clusters[key[1]] = _Cluster(instant=0)
+    def _load(self, cluster: _Cluster, key: StateKey, value: Any) -> None:
         kind, entity = key[0], key[-1]
         if kind == "cluster":
             cluster.instant = value

@@ -9,7 +9,9 @@ so that a long gap is never one list. Node rows are written for nodes that held 
 in the window; a node missing from a window held nothing and did not change.
 
 Records must arrive in non-decreasing event time per cluster (the runner merges partitions
-by event time); an earlier one raises :class:`LateEvent`, and the caller dead-letters it.
+by event time); an earlier one raises :class:`LateEvent`, and the caller dead-letters it. How
+time moves, windows close and state is keyed is the aggregators' shared skeleton
+(:mod:`gpulens.pipeline.aggregating`); this module says what is counted.
 
 State is checkpointed key by key (:class:`~gpulens.pipeline.checkpointing.Stateful`): ``["cluster", c]``
 (window, instant, cluster series and counts), ``["pod", c, uid]`` and ``["node", c, name]``
@@ -22,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from gpulens.pipeline.aggregating import BaseWindowedAggregator, held_fields
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.exceptions import LateEvent
-from gpulens.pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
+from gpulens.pipeline.windows import HeldAmount, TumblingWindows, milli, to_ms
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
     ChangeType,
@@ -37,7 +39,7 @@ from gpulens.schemas.model.models import (
     PodEvent,
     Watermark,
 )
-from gpulens.schemas.wire.sample_columns import SampleColumns, event_name, readings
+from gpulens.schemas.wire.sample_columns import SampleColumns, readings
 
 
 @dataclass(slots=True)
@@ -87,74 +89,28 @@ class _Cluster:
 AllocationRow = ClusterGpuAllocation | NodeGpuAllocation | ClusterOverview
 
 
-class AllocationAggregator:
+class AllocationAggregator(BaseWindowedAggregator[_Cluster, AllocationRow]):
     """cluster_gpu_allocation and node_gpu_allocation rows from pod and node events."""
 
     def __init__(self, windows: TumblingWindows, *, per_node: bool = True, overview: bool = False) -> None:
-        self.windows = windows
+        super().__init__(windows)
         self.per_node = per_node
         self.overview = overview
         """Also write cluster_overview rows (then GPU samples count toward utilization)."""
-        self._clusters: dict[str, _Cluster] = {}
-        self._changed: set[StateKey] = set()
 
     def process(self, event: Event | SampleColumns) -> list[AllocationRow]:
         """Apply a pod, node or sample event, or close windows on a final watermark."""
         if self._moves_time(event):
             return self.apply(event)
         if isinstance(event, Watermark) and event.final:
-            return _flat(self.advance(event)) + self.finish(event.cluster, to_ms(event.event_time))
+            return self._closed_by(event) + self.finish(event.cluster, to_ms(event.event_time))
         return []
 
     def apply(self, event: PodEvent | NodeEvent | GpuSampleBatch | SampleColumns) -> list[AllocationRow]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
         the worker takes them from :meth:`advance` one window at a time first)."""
-        rows = _flat(self.advance(event))
-        self._apply_at(event)
-        return rows
-
-    def advance(self, event: Event | SampleColumns) -> Iterator[list[AllocationRow]]:
-        """Close the windows that end by ``event``'s time, one window's rows at a time, before it
-        is processed. After each window the cluster's instant moves to that window's end
-        (nothing happened in between), so state checkpointed between two windows goes on from
-        there, and an event given again after a restart closes only what is left. Lazy: a day's
-        gap is not built as one list."""
-        if not (self._moves_time(event) or (isinstance(event, Watermark) and event.final)):
-            return
-        at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
-        if cluster is None or at <= cluster.instant:
-            return
-        self._changed.add(("cluster", cluster.name))
-        self._settle(cluster)
-        while cluster.window_start + self.windows.size_ms <= at:
-            rows = self._close_window(cluster)
-            cluster.instant = cluster.window_start
-            yield rows
-
-    def _moves_time(
-        self, event: Event | SampleColumns
-    ) -> TypeGuard[PodEvent | NodeEvent | GpuSampleBatch | SampleColumns]:
-        samples = self.overview and isinstance(event, GpuSampleBatch | SampleColumns)
-        return isinstance(event, PodEvent | NodeEvent) or samples
-
-    def _apply_at(self, event: PodEvent | NodeEvent | GpuSampleBatch | SampleColumns) -> None:
-        """Apply one event whose windows :meth:`advance` closed."""
-        at = to_ms(event.event_time)
-        cluster = self._clusters.get(event.cluster)
-        self._changed.add(("cluster", event.cluster))
-        if cluster is None:
-            start = self.windows.start_of(at)
-            cluster = self._clusters[event.cluster] = _Cluster(
-                event.cluster, start, at, HeldAmount(since=start)
-            )
-        elif at < cluster.instant:
-            raise LateEvent(
-                f"{event_name(event)} at {event.event_time.isoformat()} arrived after "
-                f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
-            )
-        elif at > cluster.instant:
-            self._settle(cluster)
-            cluster.instant = at
+        rows = self._closed_by(event)
+        cluster = self._enter(event)
         if isinstance(event, PodEvent):
             self._apply_pod(cluster, event)
         elif isinstance(event, NodeEvent):
@@ -163,19 +119,20 @@ class AllocationAggregator:
             values = [utilization for _, utilization in readings(event) if utilization is not None]
             cluster.util_sum += sum(values)
             cluster.util_count += len(values)
-
-    def finish(self, cluster_name: str, at: int | None = None) -> list[AllocationRow]:
-        """Close every window up to the one holding ``at`` (default: the last instant seen)."""
-        cluster = self._clusters.get(cluster_name)
-        if cluster is None:
-            return []
-        self._changed.add(("cluster", cluster_name))
-        self._settle(cluster)
-        end = self.windows.start_of(max(cluster.instant, at or cluster.instant)) + self.windows.size_ms
-        rows: list[AllocationRow] = []
-        while cluster.window_start < end:
-            rows += self._close_window(cluster)
         return rows
+
+    def _closes_windows(self, event: Event | SampleColumns) -> bool:
+        return self._moves_time(event) or (isinstance(event, Watermark) and event.final)
+
+    def _moves_time(
+        self, event: Event | SampleColumns
+    ) -> TypeGuard[PodEvent | NodeEvent | GpuSampleBatch | SampleColumns]:
+        samples = self.overview and isinstance(event, GpuSampleBatch | SampleColumns)
+        return isinstance(event, PodEvent | NodeEvent) or samples
+
+    def _open(self, name: str, at: int) -> _Cluster:
+        start = self.windows.start_of(at)
+        return _Cluster(name, start, at, HeldAmount(since=start))
 
     # --- state changes ----------------------------------------------------------------------
 
@@ -234,38 +191,29 @@ class AllocationAggregator:
             cluster.changed_in_window.add(name)
         cluster.touched.clear()
 
-    def _close_window(self, cluster: _Cluster) -> list[AllocationRow]:
-        """The rows of the cluster's current window (cluster, overview, nodes); opens the next."""
-        size = self.windows.size_ms
-        start, end = cluster.window_start, cluster.window_start + size
-        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
+    def _window_rows(self, cluster: _Cluster, start: int, end: int) -> list[AllocationRow]:
+        """The window's rows: cluster, overview, nodes."""
         if self.per_node:  # closing changes every node series
             self._changed.update(("node", cluster.name, name) for name in cluster.node_series)
-        row = self._cluster_row(cluster, start, end, *cluster.series.close(end, size))
+        row = self._cluster_row(cluster, start, end)
         rows: list[AllocationRow] = [row]
         if self.overview:
             rows.append(self._overview_row(cluster, row))
         if self.per_node:
             rows += self._node_rows(cluster, start, end)
-        cluster.window_start = end
         return rows
 
-    def _cluster_row(
-        self, cluster: _Cluster, start: int, end: int, mean: float, maximum: float, last: float
-    ) -> ClusterGpuAllocation:
+    def _cluster_row(self, cluster: _Cluster, start: int, end: int) -> ClusterGpuAllocation:
+        held = held_fields(cluster.series, start, end)
         capacity = cluster.capacity
         return ClusterGpuAllocation(
             event_id=event_id(cluster.name, "cluster_gpu_allocation", start, end),
             cluster=cluster.name,
-            window_start=from_ms(start),
-            window_end=from_ms(end),
             gpu_capacity=capacity,
-            gpus_allocated_avg=mean,
-            gpus_allocated_max=maximum,
-            gpus_allocated_end=last,
-            allocation_rate_avg=mean / capacity if capacity else None,
+            allocation_rate_avg=held["gpus_allocated_avg"] / capacity if capacity else None,
             pods_running_end=cluster.running,
             pods_pending_end=cluster.pending,
+            **held,
         )
 
     def _overview_row(self, cluster: _Cluster, allocation: ClusterGpuAllocation) -> ClusterOverview:
@@ -295,13 +243,12 @@ class AllocationAggregator:
 
     def _node_rows(self, cluster: _Cluster, start: int, end: int) -> list[AllocationRow]:
         rows: list[AllocationRow] = []
-        size = self.windows.size_ms
         for name in sorted(cluster.node_series):
             series = cluster.node_series[name]
             if series.peak == 0 and name not in cluster.changed_in_window:
                 del cluster.node_series[name]  # idle and unchanged: no row until it changes
                 continue
-            mean, maximum, last = series.close(end, size)
+            held = held_fields(series, start, end)
             node = cluster.nodes[name]
             capacity = node.allocatable if node.available else 0.0
             rows.append(
@@ -310,35 +257,22 @@ class AllocationAggregator:
                     cluster=cluster.name,
                     node=name,
                     gpu_model=node.model,
-                    window_start=from_ms(start),
-                    window_end=from_ms(end),
                     gpu_capacity=capacity,
-                    gpus_allocated_avg=mean,
-                    gpus_allocated_max=maximum,
-                    gpus_allocated_end=last,
-                    allocation_rate_avg=mean / capacity if capacity else None,
+                    allocation_rate_avg=held["gpus_allocated_avg"] / capacity if capacity else None,
                     pods_running_end=node.running,
+                    **held,
                 )
             )
         cluster.changed_in_window.clear()
         return rows
 
-    # --- checkpoint (gpulens.pipeline.checkpointing.Stateful) -------------------------------------------
+    # --- checkpoint: ["pod", c, uid] and ["node", c, name] besides ["cluster", c] --------------
 
-    def changed(self) -> set[StateKey]:
-        changed, self._changed = self._changed, set()
-        return changed
+    def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
+        yield from (("pod", cluster.name, uid) for uid in cluster.pods)
+        yield from (("node", cluster.name, node) for node in cluster.nodes)
 
-    def live(self) -> Iterator[StateKey]:
-        for name, cluster in self._clusters.items():
-            yield ("cluster", name)
-            yield from (("pod", name, uid) for uid in cluster.pods)
-            yield from (("node", name, node) for node in cluster.nodes)
-
-    def dump(self, key: StateKey) -> Any:
-        cluster = self._clusters.get(key[1])
-        if cluster is None:
-            return None
+    def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
         if key[0] == "cluster":
             return [
                 cluster.window_start, cluster.instant, _series(cluster.series), cluster.held,
@@ -357,16 +291,12 @@ class AllocationAggregator:
             key[2] in cluster.touched,
         ]  # fmt: skip
 
-    def load(self, key: StateKey, value: Any) -> None:
-        name = key[0]
-        cluster = self._clusters.get(key[1])
-        if cluster is None:
-            cluster = self._clusters[key[1]] = _Cluster(key[1], 0, 0, HeldAmount(since=0))
-        if name == "cluster":
+    def _load(self, cluster: _Cluster, key: StateKey, value: Any) -> None:
+        if key[0] == "cluster":
             cluster.window_start, cluster.instant, series, *rest = value
             cluster.series = HeldAmount(*series)
             cluster.held, cluster.running, cluster.pending, cluster.util_sum, cluster.util_count = rest
-        elif name == "pod":
+        elif key[0] == "pod":
             cluster.pods[key[2]] = _Pod(*value)
         else:
             *fields, series, changed, touched = value
@@ -377,10 +307,6 @@ class AllocationAggregator:
                 cluster.changed_in_window.add(key[2])
             if touched:
                 cluster.touched.add(key[2])
-
-
-def _flat(windows: Iterator[list[AllocationRow]]) -> list[AllocationRow]:
-    return [row for window in windows for row in window]
 
 
 def _series(series: HeldAmount) -> list[int]:

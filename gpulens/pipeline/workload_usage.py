@@ -4,7 +4,8 @@ A pod belongs to the last link of its owner chain (pod -> ReplicaSet -> Deployme
 for the Deployment); a bare pod is its own workload. GPUs held follow the DESIGN.md
 definitions (time-weighted, events of one instant applied together); utilization is the
 mean and max of the samples of GPUs its pods held when sampled (container -> GPU mapping).
-Rows are written for workloads that held GPUs or were sampled in the window.
+Rows are written for workloads that held GPUs or were sampled in the window. Event time,
+windows and state keys follow the aggregators' skeleton (:mod:`gpulens.pipeline.aggregating`).
 
 State is checkpointed key by key: ``["cluster", c]`` (window, instant), ``["pod", c, uid]`` (its
 workload and the milli-GPUs it holds), ``["usage", c, workload uid]`` (the window's series and
@@ -13,15 +14,15 @@ samples) and ``["holders", c, ...]`` (which pod holds which GPU, see :mod:`gpule
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulens.pipeline.aggregating import BaseWindowedAggregator, held_fields
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.exceptions import LateEvent
 from gpulens.pipeline.holders import GpuHolders
 from gpulens.pipeline.state_tables import workload_chain
-from gpulens.pipeline.windows import HeldAmount, TumblingWindows, from_ms, milli, to_ms
+from gpulens.pipeline.windows import HeldAmount, milli
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
     ChangeType,
@@ -33,7 +34,7 @@ from gpulens.schemas.model.models import (
     Watermark,
     WorkloadGpuUsage,
 )
-from gpulens.schemas.wire.sample_columns import SampleColumns, event_name, readings
+from gpulens.schemas.wire.sample_columns import SampleColumns, readings
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,30 +70,14 @@ class _Cluster:
     touched: set[str] = field(default_factory=set)
 
 
-class WorkloadUsage:
+class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
     """workload_gpu_usage rows from pod, container, inventory and sample events."""
-
-    def __init__(self, windows: TumblingWindows) -> None:
-        self.windows = windows
-        self._clusters: dict[str, _Cluster] = {}
-        self._changed: set[StateKey] = set()
 
     def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
         :meth:`advance` first hands them over one by one)."""
-        rows = [row for window in self.advance(event) for row in window]
-        at = to_ms(event.event_time)
-        cluster = self._clusters.get(event.cluster)
-        self._changed.add(("cluster", event.cluster))
-        if cluster is None:
-            cluster = self._clusters[event.cluster] = _Cluster(event.cluster, self.windows.start_of(at), at)
-        elif at < cluster.instant:
-            raise LateEvent(
-                f"{event_name(event)} at {event.event_time.isoformat()} is older than applied time"
-            )
-        elif at > cluster.instant:
-            self._settle(cluster)
-            cluster.instant = at
+        rows = self._closed_by(event)
+        cluster = self._enter(event)
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
         elif isinstance(event, GpuSampleBatch | SampleColumns):
@@ -101,23 +86,13 @@ class WorkloadUsage:
             cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
             cluster.holders.inventory(event)
-        elif isinstance(event, Watermark) and event.final and cluster.window_start <= at:
+        elif isinstance(event, Watermark) and event.final and cluster.window_start <= cluster.instant:
             self._settle(cluster)
             rows += self._close_window(cluster)  # the window holding the final watermark
         return rows
 
-    def advance(self, event: Event | SampleColumns) -> Iterator[list[WorkloadGpuUsage]]:
-        """Close the windows that end by ``event``'s time, one window's rows at a time, before it
-        is processed. Settling applies only the series touched since (none, the second time),
-        so state checkpointed between two windows goes on from there, and an event given again
-        after a restart closes only what is left. Lazy: a day's gap is not built as one list."""
-        at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
-        if cluster is None or at <= cluster.instant:
-            return
-        self._changed.add(("cluster", cluster.name))
-        self._settle(cluster)
-        while cluster.window_start + self.windows.size_ms <= at:
-            yield self._close_window(cluster)
+    def _open(self, name: str, at: int) -> _Cluster:
+        return _Cluster(name, self.windows.start_of(at), at)
 
     def _usage(self, cluster: _Cluster, workload: _Workload) -> _Usage:
         self._changed.add(("usage", cluster.name, workload.uid))
@@ -171,10 +146,8 @@ class WorkloadUsage:
             usage.series.settle(cluster.instant, usage.held)
         cluster.touched.clear()
 
-    def _close_window(self, cluster: _Cluster) -> list[WorkloadGpuUsage]:
-        """The rows of the cluster's current window; opens the next."""
-        start, end = cluster.window_start, cluster.window_start + self.windows.size_ms
-        self._changed.add(("cluster", cluster.name))  # a commit may come between two windows
+    def _window_rows(self, cluster: _Cluster, start: int, end: int) -> list[WorkloadGpuUsage]:
+        """The window's rows: one per workload that held GPUs or was sampled."""
         self._changed.update(("usage", cluster.name, uid) for uid in cluster.usage)  # every series closes
         rows: list[WorkloadGpuUsage] = []
         for uid in sorted(cluster.usage):
@@ -184,13 +157,11 @@ class WorkloadUsage:
                 del cluster.usage[uid]  # nothing held, nothing sampled: no row until it changes
                 continue
             rows.append(self._row(cluster, cluster.workloads[uid], usage, start, end))
-        cluster.window_start = end
         return rows
 
     def _row(
         self, cluster: _Cluster, workload: _Workload, usage: _Usage, start: int, end: int
     ) -> WorkloadGpuUsage:
-        mean, maximum, last = usage.series.close(end, self.windows.size_ms)
         row = WorkloadGpuUsage(
             event_id=event_id(cluster.name, workload.uid, "workload_gpu_usage", start, end),
             cluster=cluster.name,
@@ -198,11 +169,7 @@ class WorkloadUsage:
             workload_kind=workload.kind,
             workload_name=workload.name,
             namespace=workload.namespace,
-            window_start=from_ms(start),
-            window_end=from_ms(end),
-            gpus_allocated_avg=mean,
-            gpus_allocated_max=maximum,
-            gpus_allocated_end=last,
+            **held_fields(usage.series, start, end),
             utilization_avg=usage.util_sum / usage.util_count if usage.util_count else None,
             utilization_max=usage.util_max,
             samples=usage.util_count,
@@ -211,25 +178,17 @@ class WorkloadUsage:
         usage.util_sum, usage.util_count, usage.util_max = 0.0, 0, None
         return row
 
-    # --- checkpoint (gpulens.pipeline.checkpointing.Stateful) -------------------------------------------
+    # --- checkpoint: ["pod", ...], ["usage", ...], ["holders", ...] besides ["cluster", c] ---
 
-    def changed(self) -> set[StateKey]:
-        changed, self._changed = self._changed, set()
-        for name, cluster in self._clusters.items():
-            changed.update(cluster.holders.take_changed(name))
-        return changed
+    def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
+        return cluster.holders.take_changed(cluster.name)
 
-    def live(self) -> Iterator[StateKey]:
-        for name, cluster in self._clusters.items():
-            yield ("cluster", name)
-            yield from (("pod", name, uid) for uid in cluster.workload_of)
-            yield from (("usage", name, uid) for uid in cluster.usage)
-            yield from (("holders", name, *key) for key in cluster.holders.live())
+    def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
+        yield from (("pod", cluster.name, uid) for uid in cluster.workload_of)
+        yield from (("usage", cluster.name, uid) for uid in cluster.usage)
+        yield from (("holders", cluster.name, *key) for key in cluster.holders.live())
 
-    def dump(self, key: StateKey) -> Any:
-        cluster = self._clusters.get(key[1])
-        if cluster is None:
-            return None
+    def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
         kind = key[0]
         if kind == "cluster":
             return [cluster.window_start, cluster.instant, sorted(cluster.touched)]
@@ -248,11 +207,8 @@ class WorkloadUsage:
             usage.held, usage.pods, usage.util_sum, usage.util_count, usage.util_max,
         ]  # fmt: skip
 
-    def load(self, key: StateKey, value: Any) -> None:
+    def _load(self, cluster: _Cluster, key: StateKey, value: Any) -> None:
         kind = key[0]
-        cluster = self._clusters.get(key[1])
-        if cluster is None:
-            cluster = self._clusters[key[1]] = _Cluster(key[1], 0, 0)
         if kind == "cluster":
             cluster.window_start, cluster.instant, touched = value
             cluster.touched = set(touched)
