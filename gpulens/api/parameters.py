@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,13 +23,19 @@ from gpulens.api.settings import ApiSettings
 __all__ = [
     "AsOf",
     "Cluster",
+    "Db",
+    "Paging",
     "Series",
+    "SeriesAsked",
+    "Settings",
+    "Span",
     "TimeRange",
     "api_settings",
     "at",
     "authorize",
     "invalid",
     "page",
+    "paged",
     "reader",
     "series",
     "time_range",
@@ -166,3 +172,16 @@ def series_range(
             chosen.step,
         )
     return TimeRange(start, end)
+
+
+Db = Annotated[Reader, Depends(reader)]
+"""The process's read-only ClickHouse reader, as an endpoint's parameter."""
+Settings = Annotated[ApiSettings, Depends(api_settings)]
+Paging = Annotated[Page, Depends(page)]
+Span = Annotated[TimeRange, Depends(time_range)]
+SeriesAsked = Annotated[Series, Depends(series)]
+
+
+def paged(rows: list[dict[str, Any]], total: int, chosen: Page, **extra: Any) -> dict[str, Any]:
+    """A paginated answer: ``extra`` (e.g. ``asOf``), the page's rows, the total, the page asked."""
+    return {**extra, "data": rows, "total": total, "pageNum": chosen.number, "pageSize": chosen.size}

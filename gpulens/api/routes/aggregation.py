@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
 from gpulens.api import queries
-from gpulens.api.parameters import Cluster, TimeRange, reader, time_range
-from gpulens.api.reading import Reader
+from gpulens.api.parameters import Cluster, Db, Span
 
 router = APIRouter(prefix="/gpu-aggregation", tags=["gpu-aggregation"])
 
@@ -19,8 +18,8 @@ BY_GROUP = {"namespace": queries.HOURLY_BY_NAMESPACE, "workload": queries.HOURLY
 @router.get("/hourly")
 def hourly(
     cluster: Cluster,
-    db: Annotated[Reader, Depends(reader)],
-    span: Annotated[TimeRange, Depends(time_range)],
+    db: Db,
+    span: Span,
     group_by: Annotated[
         str,
         Query(

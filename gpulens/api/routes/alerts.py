@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
 from gpulens.api import queries
-from gpulens.api.parameters import AsOf, Cluster, at, page, reader, utc
-from gpulens.api.reading import Page, Reader
+from gpulens.api.parameters import AsOf, Cluster, Db, Paging, at, paged, utc
 
 router = APIRouter(tags=["alerts"])
 
-Db = Annotated[Reader, Depends(reader)]
 STATES = {"open": "OPENED", "resolved": "RESOLVED"}
 AlertName = Literal["GpuIdle", "GpuPodPending", "NodeNotReady", "GpuLost"]
 
@@ -21,7 +19,7 @@ AlertName = Literal["GpuIdle", "GpuPodPending", "NodeNotReady", "GpuLost"]
 def alerts(
     cluster: Cluster,
     db: Db,
-    chosen: Annotated[Page, Depends(page)],
+    chosen: Paging,
     state: Annotated[
         Literal["open", "resolved"] | None, Query(description="Only alerts open (or resolved) then.")
     ] = None,
@@ -32,7 +30,7 @@ def alerts(
     change first; ``labels`` hold its details (reason, free GPUs by model, ...)."""
     params = {"cluster": cluster, "at": at(as_of), "alert": alert, "state": STATES[state] if state else None}
     rows, total = db.page(queries.ALERTS, params, chosen)
-    return {"asOf": as_of, "data": rows, "total": total, "pageNum": chosen.number, "pageSize": chosen.size}
+    return paged(rows, total, chosen, asOf=as_of)
 
 
 def _by_model(labels: dict[str, str], prefix: str) -> dict[str, float]:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Path
 
 from gpulens.api import queries
-from gpulens.api.parameters import AsOf, Series, api_settings, at, page, reader, series, series_range
-from gpulens.api.reading import Page, Reader
-from gpulens.api.settings import ApiSettings
+from gpulens.api.parameters import AsOf, Db, Paging, SeriesAsked, Settings, at, paged, series_range
 from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF
 
 router = APIRouter(prefix="/clusters", tags=["clusters"])
@@ -22,15 +20,13 @@ def _one(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 @router.get("")
-def clusters(db: Annotated[Reader, Depends(reader)], as_of: AsOf = None) -> dict[str, Any]:
+def clusters(db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """Every cluster with nodes as of ``asOf``: nodes, GPU capacity, newest node event."""
     return {"asOf": as_of, "data": db.rows(queries.CLUSTERS, {"at": at(as_of)})}
 
 
 @router.get("/{cluster}/overview")
-def overview(
-    cluster: ClusterName, db: Annotated[Reader, Depends(reader)], as_of: AsOf = None
-) -> dict[str, Any]:
+def overview(cluster: ClusterName, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """Nodes fully idle, partly idle and busy, utilization (the newest cluster_overview window by
     ``asOf``); allocation rate (the newest cluster_gpu_allocation window); GPUs held at the
     instant itself (the "as of" query of TABLES.md); faulty nodes: NotReady or GPUs lost."""
@@ -55,22 +51,22 @@ def overview(
 @router.get("/{cluster}/consumers")
 def consumers(
     cluster: ClusterName,
-    db: Annotated[Reader, Depends(reader)],
-    chosen: Annotated[Page, Depends(page)],
+    db: Db,
+    chosen: Paging,
     as_of: AsOf = None,
 ) -> dict[str, Any]:
     """Workloads holding GPUs (at the end of their newest window by ``asOf``), most GPUs first,
     with their mean utilization over that window."""
     rows, total = db.page(queries.CONSUMERS, {"cluster": cluster, "at": at(as_of)}, chosen)
-    return {"asOf": as_of, "data": rows, "total": total, "pageNum": chosen.number, "pageSize": chosen.size}
+    return paged(rows, total, chosen, asOf=as_of)
 
 
 @router.get("/{cluster}/gpuHeatmap")
 def gpu_heatmap(
     cluster: ClusterName,
-    db: Annotated[Reader, Depends(reader)],
-    settings: Annotated[ApiSettings, Depends(api_settings)],
-    chosen: Annotated[Series, Depends(series)],
+    db: Db,
+    settings: Settings,
+    chosen: SeriesAsked,
 ) -> dict[str, Any]:
     """Mean utilization per node, GPU and ``step`` over ``[start, end)`` (default: the hour
     before the cluster's newest sample)."""

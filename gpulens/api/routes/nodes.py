@@ -4,39 +4,33 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, HTTPException, Path
 
 from gpulens.api import queries
 from gpulens.api.parameters import (
     AsOf,
     Cluster,
-    Series,
-    TimeRange,
-    api_settings,
+    Db,
+    Paging,
+    SeriesAsked,
+    Settings,
+    Span,
     at,
-    page,
-    reader,
-    series,
+    paged,
     series_range,
-    time_range,
 )
-from gpulens.api.reading import Page, Reader
-from gpulens.api.settings import ApiSettings
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
 NodeName = Annotated[str, Path(min_length=1, description="Node name.")]
-Db = Annotated[Reader, Depends(reader)]
 
 
 @router.get("")
-def nodes(
-    cluster: Cluster, db: Db, chosen: Annotated[Page, Depends(page)], as_of: AsOf = None
-) -> dict[str, Any]:
+def nodes(cluster: Cluster, db: Db, chosen: Paging, as_of: AsOf = None) -> dict[str, Any]:
     """The cluster's nodes as of ``asOf``: health, GPU model, GPUs offered and held, pods running."""
     params = {"cluster": cluster, "at": at(as_of), "node": None}
     rows, total = db.page(queries.NODES, params, chosen)
-    return {"asOf": as_of, "data": rows, "total": total, "pageNum": chosen.number, "pageSize": chosen.size}
+    return paged(rows, total, chosen, asOf=as_of)
 
 
 @router.get("/{name}")
@@ -66,8 +60,8 @@ def gpu_metrics(
     name: NodeName,
     cluster: Cluster,
     db: Db,
-    settings: Annotated[ApiSettings, Depends(api_settings)],
-    chosen: Annotated[Series, Depends(series)],
+    settings: Settings,
+    chosen: SeriesAsked,
 ) -> dict[str, Any]:
     """Per GPU and ``step``: mean utilization, memory used, power, junction temperature over
     ``[start, end)`` (default: the hour before the node's newest sample)."""
@@ -86,8 +80,8 @@ def gpu_utilization_history(
     name: NodeName,
     cluster: Cluster,
     db: Db,
-    settings: Annotated[ApiSettings, Depends(api_settings)],
-    chosen: Annotated[Series, Depends(series)],
+    settings: Settings,
+    chosen: SeriesAsked,
 ) -> dict[str, Any]:
     """The node's mean GPU utilization per ``step`` over ``[start, end)``."""
     span = series_range(chosen, db, settings, cluster=cluster, node=name)
@@ -119,20 +113,18 @@ def node_workloads_history(
     name: NodeName,
     cluster: Cluster,
     db: Db,
-    chosen: Annotated[Page, Depends(page)],
-    span: Annotated[TimeRange, Depends(time_range)],
+    chosen: Paging,
+    span: Span,
 ) -> dict[str, Any]:
     """Pods that held the node's GPUs at some time in ``[start, end)``, newest first: from when
     until when (``held_until`` null: holding at the newest event), and their workloads."""
     params = {"cluster": cluster, "node": name, "start": span.start, "end": span.end}
     rows, total = db.page(queries.NODE_WORKLOADS_HISTORY, params, chosen)
-    return {"data": rows, "total": total, "pageNum": chosen.number, "pageSize": chosen.size}
+    return paged(rows, total, chosen)
 
 
 @router.get("/{name}/gpuAllocation")
-def gpu_allocation(
-    name: NodeName, cluster: Cluster, db: Db, span: Annotated[TimeRange, Depends(time_range)]
-) -> dict[str, Any]:
+def gpu_allocation(name: NodeName, cluster: Cluster, db: Db, span: Span) -> dict[str, Any]:
     """The node's allocation windows (node_gpu_allocation) starting in ``[start, end)``."""
     params = {"cluster": cluster, "node": name, "start": span.start, "end": span.end}
     return {"data": db.rows(queries.NODE_GPU_ALLOCATION, params)}

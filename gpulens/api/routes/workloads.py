@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from gpulens.api import queries
-from gpulens.api.parameters import AsOf, Cluster, TimeRange, at, page, reader, time_range
-from gpulens.api.reading import Page, Reader
+from gpulens.api.parameters import AsOf, Cluster, Db, Paging, Span, at, paged
+from gpulens.api.reading import Reader
 
 router = APIRouter(prefix="/workloads", tags=["workloads"])
 
 Uid = Annotated[str, Path(min_length=1, description="Workload uid (a bare pod's is its own uid).")]
-Db = Annotated[Reader, Depends(reader)]
 Status = Literal["Running", "Pending", "Failed", "Done"]
 
 
@@ -27,7 +26,7 @@ def _filters(
 def workloads(
     cluster: Cluster,
     db: Db,
-    chosen: Annotated[Page, Depends(page)],
+    chosen: Paging,
     namespace: Annotated[str | None, Query(min_length=1, description="Only this namespace.")] = None,
     kind: Annotated[str | None, Query(min_length=1, description="Only this kind (Pod: bare pods).")] = None,
     status: Annotated[Status | None, Query(description="Only workloads in this status.")] = None,
@@ -37,7 +36,7 @@ def workloads(
     GPUs), Pending (one waits), Failed (one failed), Done."""
     params = {"cluster": cluster, "at": at(as_of), **_filters(namespace=namespace, kind=kind, status=status)}
     rows, total = db.page(queries.WORKLOADS, params, chosen)
-    return {"asOf": as_of, "data": rows, "total": total, "pageNum": chosen.number, "pageSize": chosen.size}
+    return paged(rows, total, chosen, asOf=as_of)
 
 
 def _workload(db: Reader, cluster: str, uid: str, as_of: AsOf) -> dict[str, Any]:
@@ -83,9 +82,7 @@ def hierarchy(uid: Uid, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[st
 
 
 @router.get("/{uid}/metrics")
-def metrics(
-    uid: Uid, cluster: Cluster, db: Db, span: Annotated[TimeRange, Depends(time_range)]
-) -> dict[str, Any]:
+def metrics(uid: Uid, cluster: Cluster, db: Db, span: Span) -> dict[str, Any]:
     """The workload's windows (workload_gpu_usage) starting in ``[start, end)``: GPUs held,
     utilization, samples, active pods."""
     params = {"cluster": cluster, "uid": uid, "start": span.start, "end": span.end}
