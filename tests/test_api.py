@@ -557,11 +557,18 @@ def test_a_bad_parameter_is_a_400_that_names_it(demo: Demo, path: str, params: d
 
 
 def test_the_token_is_required_where_configured_and_openapi_lists_every_route(demo: Demo) -> None:
-    assert httpx.get(f"{demo.base}/api/clusters").status_code == 401
+    refused = httpx.get(f"{demo.base}/api/clusters")
+    assert refused.status_code == 401 and "token" in refused.json()["error"]
     wrong = httpx.get(f"{demo.base}/api/clusters", headers={"Authorization": "Bearer guess"})
     assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
     assert httpx.get(f"{demo.base}/healthz").status_code == 200
-    paths = set(httpx.get(f"{demo.base}/openapi.json").json()["paths"])
+    document = httpx.get(f"{demo.base}/openapi.json").json()
+    paths = set(document["paths"])
+    responses = document["paths"]["/api/nodes"]["get"]["responses"]
+    assert {"200", "400", "401"} <= responses.keys() and "422" not in responses, responses
+    assert responses["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Paged_Node_"
+    }
     assert {
         "/api/clusters",
         "/api/clusters/{cluster}/overview",

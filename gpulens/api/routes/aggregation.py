@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from gpulens.api import queries
+from gpulens.api.models import Hourly
 from gpulens.api.parameters import Cluster, Db, Span
 
 router = APIRouter(prefix="/gpu-aggregation", tags=["gpu-aggregation"])
@@ -15,7 +16,7 @@ LABEL = "label:"
 BY_GROUP = {"namespace": queries.HOURLY_BY_NAMESPACE, "workload": queries.HOURLY_BY_WORKLOAD}
 
 
-@router.get("/hourly")
+@router.get("/hourly", response_model=Hourly)
 def hourly(
     cluster: Cluster,
     db: Db,

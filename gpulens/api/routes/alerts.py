@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 
 from gpulens.api import queries
+from gpulens.api.models import Alert, Paged, Pending
 from gpulens.api.parameters import AsOf, Cluster, Db, Paging, at, paged, utc
 
 router = APIRouter(tags=["alerts"])
@@ -15,7 +16,7 @@ STATES = {"open": "OPENED", "resolved": "RESOLVED"}
 AlertName = Literal["GpuIdle", "GpuPodPending", "NodeNotReady", "GpuLost"]
 
 
-@router.get("/alerts")
+@router.get("/alerts", response_model=Paged[Alert])
 def alerts(
     cluster: Cluster,
     db: Db,
@@ -37,7 +38,7 @@ def _by_model(labels: dict[str, str], prefix: str) -> dict[str, float]:
     return {key[len(prefix) :]: float(value) for key, value in labels.items() if key.startswith(prefix)}
 
 
-@router.get("/pending")
+@router.get("/pending", response_model=Pending)
 def pending(cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """GPU pods waiting unbound as of ``asOf`` (default: the cluster's newest event), oldest
     first: the scheduler's reason, how long they have waited, and, once their GpuPodPending

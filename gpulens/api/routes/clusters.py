@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 
 from gpulens.api import queries
+from gpulens.api.models import Cluster, Consumer, HeatmapCell, Listing, Overview, Paged, Series
 from gpulens.api.parameters import AsOf, Db, Paging, SeriesAsked, Settings, at, paged, series_range
 from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF
 
@@ -19,13 +20,13 @@ def _one(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-@router.get("")
+@router.get("", response_model=Listing[Cluster])
 def clusters(db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """Every cluster with nodes as of ``asOf``: nodes, GPU capacity, newest node event."""
     return {"asOf": as_of, "data": db.rows(queries.CLUSTERS, {"at": at(as_of)})}
 
 
-@router.get("/{cluster}/overview")
+@router.get("/{cluster}/overview", response_model=Overview)
 def overview(cluster: ClusterName, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """Nodes fully idle, partly idle and busy, utilization (the newest cluster_overview window by
     ``asOf``); allocation rate (the newest cluster_gpu_allocation window); GPUs held at the
@@ -48,7 +49,7 @@ def overview(cluster: ClusterName, db: Db, as_of: AsOf = None) -> dict[str, Any]
     }
 
 
-@router.get("/{cluster}/consumers")
+@router.get("/{cluster}/consumers", response_model=Paged[Consumer])
 def consumers(
     cluster: ClusterName,
     db: Db,
@@ -61,7 +62,7 @@ def consumers(
     return paged(rows, total, chosen, asOf=as_of)
 
 
-@router.get("/{cluster}/gpuHeatmap")
+@router.get("/{cluster}/gpuHeatmap", response_model=Series[HeatmapCell])
 def gpu_heatmap(
     cluster: ClusterName,
     db: Db,

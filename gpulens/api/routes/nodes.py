@@ -7,6 +7,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path
 
 from gpulens.api import queries
+from gpulens.api.models import (
+    Failure,
+    GpuDevice,
+    GpuMetric,
+    HeldPeriod,
+    Listing,
+    Node,
+    NodeDetail,
+    NodeWindow,
+    NodeWorkload,
+    Paged,
+    Series,
+    UtilizationPoint,
+)
 from gpulens.api.parameters import (
     AsOf,
     Cluster,
@@ -25,7 +39,7 @@ router = APIRouter(prefix="/nodes", tags=["nodes"])
 NodeName = Annotated[str, Path(min_length=1, description="Node name.")]
 
 
-@router.get("")
+@router.get("", response_model=Paged[Node])
 def nodes(cluster: Cluster, db: Db, chosen: Paging, as_of: AsOf = None) -> dict[str, Any]:
     """The cluster's nodes as of ``asOf``: health, GPU model, GPUs offered and held, pods running."""
     params = {"cluster": cluster, "at": at(as_of), "node": None}
@@ -33,7 +47,11 @@ def nodes(cluster: Cluster, db: Db, chosen: Paging, as_of: AsOf = None) -> dict[
     return paged(rows, total, chosen, asOf=as_of)
 
 
-@router.get("/{name}")
+@router.get(
+    "/{name}",
+    response_model=NodeDetail,
+    responses={404: {"model": Failure, "description": "No such node by then."}},
+)
 def node(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """One node as last observed by ``asOf`` (every field), with the GPUs its pods hold then."""
     params = {"cluster": cluster, "at": at(as_of), "node": name}
@@ -45,7 +63,7 @@ def node(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[s
     return {"asOf": as_of, **observed[0], **usage}
 
 
-@router.get("/{name}/gpuDevices")
+@router.get("/{name}/gpuDevices", response_model=Listing[GpuDevice])
 def gpu_devices(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """The node's GPUs as of ``asOf`` and the container holding each (null: free)."""
     rows = db.rows(queries.NODE_GPU_DEVICES, {"cluster": cluster, "node": name, "at": at(as_of)})
@@ -55,7 +73,7 @@ def gpu_devices(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) ->
     return {"asOf": as_of, "data": rows}
 
 
-@router.get("/{name}/gpuMetrics")
+@router.get("/{name}/gpuMetrics", response_model=Series[GpuMetric])
 def gpu_metrics(
     name: NodeName,
     cluster: Cluster,
@@ -75,7 +93,7 @@ def gpu_metrics(
     }
 
 
-@router.get("/{name}/gpuUtilizationHistory")
+@router.get("/{name}/gpuUtilizationHistory", response_model=Series[UtilizationPoint])
 def gpu_utilization_history(
     name: NodeName,
     cluster: Cluster,
@@ -90,7 +108,7 @@ def gpu_utilization_history(
     return {"start": span.start, "end": span.end, "step": chosen.step, "data": rows}
 
 
-@router.get("/{name}/workloads")
+@router.get("/{name}/workloads", response_model=Listing[NodeWorkload])
 def node_workloads(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """Workloads whose pods hold the node's GPUs as of ``asOf``."""
     rows = db.rows(queries.NODE_WORKLOADS, {"cluster": cluster, "node": name, "at": at(as_of)})
@@ -108,7 +126,7 @@ def node_workloads(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None)
     return {"asOf": as_of, "data": data}
 
 
-@router.get("/{name}/workloadsHistory")
+@router.get("/{name}/workloadsHistory", response_model=Paged[HeldPeriod])
 def node_workloads_history(
     name: NodeName,
     cluster: Cluster,
@@ -123,7 +141,7 @@ def node_workloads_history(
     return paged(rows, total, chosen)
 
 
-@router.get("/{name}/gpuAllocation")
+@router.get("/{name}/gpuAllocation", response_model=Listing[NodeWindow])
 def gpu_allocation(name: NodeName, cluster: Cluster, db: Db, span: Span) -> dict[str, Any]:
     """The node's allocation windows (node_gpu_allocation) starting in ``[start, end)``."""
     params = {"cluster": cluster, "node": name, "start": span.start, "end": span.end}

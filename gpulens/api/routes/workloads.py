@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from gpulens.api import queries
+from gpulens.api.models import Failure, Hierarchy, Listing, Paged, Pod, Workload, WorkloadNow, WorkloadWindow
 from gpulens.api.parameters import AsOf, Cluster, Db, Paging, Span, at, paged
 from gpulens.api.reading import Reader
 
@@ -22,7 +23,7 @@ def _filters(
     return {"uid": uid, "namespace": namespace, "kind": kind, "status": status}
 
 
-@router.get("")
+@router.get("", response_model=Paged[Workload])
 def workloads(
     cluster: Cluster,
     db: Db,
@@ -46,13 +47,21 @@ def _workload(db: Reader, cluster: str, uid: str, as_of: AsOf) -> dict[str, Any]
     return found[0]
 
 
-@router.get("/{uid}")
+@router.get(
+    "/{uid}",
+    response_model=WorkloadNow,
+    responses={404: {"model": Failure, "description": "No such workload by then."}},
+)
 def workload(uid: Uid, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """One workload as of ``asOf``: kind, name, status, pods, GPUs held."""
     return {"asOf": as_of, **_workload(db, cluster, uid, as_of)}
 
 
-@router.get("/{uid}/hierarchy")
+@router.get(
+    "/{uid}/hierarchy",
+    response_model=Hierarchy,
+    responses={404: {"model": Failure, "description": "No such workload by then."}},
+)
 def hierarchy(uid: Uid, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """The workload's tree as of ``asOf``: its watched child objects (a Deployment's
     ReplicaSets, ...) and, under its direct owner, each pod."""
@@ -81,7 +90,7 @@ def hierarchy(uid: Uid, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[st
     return {"asOf": as_of, **root}
 
 
-@router.get("/{uid}/metrics")
+@router.get("/{uid}/metrics", response_model=Listing[WorkloadWindow])
 def metrics(uid: Uid, cluster: Cluster, db: Db, span: Span) -> dict[str, Any]:
     """The workload's windows (workload_gpu_usage) starting in ``[start, end)``: GPUs held,
     utilization, samples, active pods."""
@@ -89,7 +98,7 @@ def metrics(uid: Uid, cluster: Cluster, db: Db, span: Span) -> dict[str, Any]:
     return {"data": db.rows(queries.WORKLOAD_METRICS, params)}
 
 
-@router.get("/{uid}/pods")
+@router.get("/{uid}/pods", response_model=Listing[Pod])
 def pods(uid: Uid, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """The workload's pods as of ``asOf`` (deleted ones marked), oldest first."""
     rows = db.rows(queries.WORKLOAD_PODS, {"cluster": cluster, "at": at(as_of), "uid": uid})
