@@ -35,7 +35,7 @@ from gpulens.consumers.clickhouse.client import get_client
 from gpulens.consumers.clickhouse.exceptions import ClickHouseError
 from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF, PODS_RUNNING_AS_OF
 from gpulens.draining import wait_drained
-from gpulens.platform import private_platform
+from gpulens.platform import free_port, private_platform
 from gpulens.producers.replay import genai_duty
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.schemas.kafka.topic_admin import create_topics
@@ -56,6 +56,7 @@ class Demo:
     http: httpx.Client
     base: str
     duty_csv: Path
+    config: Path
 
     def get(self, path: str, **params: Any) -> Any:
         response = self.http.get(path, params=params)
@@ -128,7 +129,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
                 time.sleep(0.2)
             headers = {"Authorization": f"Bearer {TOKEN}"}
             with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
-                yield Demo(settings, http, base, duty_csv)
+                yield Demo(settings, http, base, duty_csv, config)
         finally:
             _stop(processes)
 
@@ -624,3 +625,21 @@ def test_the_reader_runs_every_statement_read_only(demo: Demo) -> None:
         writer.command("DROP TABLE IF EXISTS api_write_target")
         client.close()
         writer.close()
+
+
+def test_a_taken_port_is_one_clear_error_and_sigterm_stops_the_api(demo: Demo, spawned) -> None:
+    taken = subprocess.run(gpulens(demo.config, "api"), capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 1 and "is the port taken" in taken.stderr, taken.stderr
+    port = free_port()
+    api = subprocess.Popen(gpulens(demo.config, "api", "--port", str(port)), stderr=subprocess.DEVNULL)
+    spawned.append(api)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            assert api.poll() is None and time.monotonic() < deadline, "the second API did not answer"
+            time.sleep(0.2)
+    api.terminate()
+    assert api.wait(30) == 0
