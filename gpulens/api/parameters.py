@@ -25,8 +25,8 @@ __all__ = [
     "Cluster",
     "Db",
     "Paging",
-    "Series",
     "SeriesAsked",
+    "SeriesRequest",
     "Settings",
     "Span",
     "TimeRange",
@@ -38,7 +38,9 @@ __all__ = [
     "paged",
     "reader",
     "series",
+    "series_range",
     "time_range",
+    "utc",
 ]
 
 Cluster = Annotated[str, Query(min_length=1, description="Cluster name (see /api/clusters).")]
@@ -136,7 +138,7 @@ def time_range(start: Start = None, end: End = None) -> TimeRange:
 
 
 @dataclass(frozen=True, slots=True)
-class Series:
+class SeriesRequest:
     """A time series' range as asked: ``start`` and ``end`` may be left open; ``step`` seconds."""
 
     start: datetime | None
@@ -144,15 +146,15 @@ class Series:
     step: int
 
 
-def series(start: Start = None, end: End = None, step: Step = 60) -> Series:
+def series(start: Start = None, end: End = None, step: Step = 60) -> SeriesRequest:
     """``start``, ``end`` (each optional) and ``step``."""
     if start is not None and end is not None and utc(end) <= utc(start):
         raise invalid("end", "Input should be after start", end)
-    return Series(None if start is None else utc(start), None if end is None else utc(end), step)
+    return SeriesRequest(None if start is None else utc(start), None if end is None else utc(end), step)
 
 
 def series_range(
-    chosen: Series, reader: Reader, settings: ApiSettings, *, cluster: str, node: str | None = None
+    chosen: SeriesRequest, reader: Reader, settings: ApiSettings, *, cluster: str, node: str | None = None
 ) -> TimeRange:
     """``chosen``'s range made whole: an open end is just after the newest sample (of ``node``,
     when given), an open start :data:`SERIES_SPAN` before the end; at most api.buckets_max steps."""
@@ -179,7 +181,7 @@ Db = Annotated[Reader, Depends(reader)]
 Settings = Annotated[ApiSettings, Depends(api_settings)]
 Paging = Annotated[Page, Depends(page)]
 Span = Annotated[TimeRange, Depends(time_range)]
-SeriesAsked = Annotated[Series, Depends(series)]
+SeriesAsked = Annotated[SeriesRequest, Depends(series)]
 
 
 def paged(rows: list[dict[str, Any]], total: int, chosen: Page, **extra: Any) -> dict[str, Any]:
