@@ -2,8 +2,10 @@
 
 Read-only by construction: every statement carries ``readonly=2`` (ClickHouse refuses
 INSERT, ALTER, CREATE, DROP and the rest; settings such as ``max_execution_time`` may still
-be set), and the only way in is :meth:`Reader.rows`, which takes a constant statement and its
-values as bound parameters (``{name:Type}``), never a statement built from a request's text.
+be set), and the only ways in are :meth:`Reader.rows` and :meth:`Reader.page`, which take a
+constant statement (:mod:`gpulens.api.queries`) and its values as bound parameters
+(``{name:Type}``): a request's text is never part of a statement (``page`` wraps the statement
+in constant SQL of its own, its limit and offset bound too).
 """
 
 from __future__ import annotations
