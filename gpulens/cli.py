@@ -14,6 +14,7 @@ import click
 
 from gpulens.cli_context import Context, pass_context
 from gpulens.commands.agent import agent
+from gpulens.commands.api import api
 from gpulens.commands.exporter import exporter
 from gpulens.commands.gateway import gateway
 from gpulens.commands.replay import replay
@@ -283,8 +284,8 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
     \b
     1. the embedded platform: Kafka broker, schema registry, ClickHouse engine + HTTP SQL
     2. topics, a smoke check of every record type, the ClickHouse tables
-    3. the pipeline: worker, sink, exporter, kept running by a supervisor (a process that
-       exits is restarted and the restart shown by `gpulens status`)
+    3. the pipeline: worker, sink, exporter and the API, kept running by a supervisor (a
+       process that exits is restarted and the restart shown by `gpulens status`)
     4. data: the Kubernetes watchers when a kubeconfig or in-cluster account is there,
        otherwise the Alibaba GPU-cluster trace and the GenAI duty cycles, replayed
     5. a report computed from ClickHouse and the state topics, and where everything is
@@ -334,6 +335,8 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
         f"  schema registry  {settings.registry.url}\n"
         f"  ClickHouse SQL   {settings.clickhouse.url}  (database {settings.clickhouse.database})\n"
         f"  metrics          http://{settings.exporter.host}:{settings.exporter.port}/metrics\n"
+        f"  API              http://{settings.api.host}:{settings.api.port}/api/clusters"
+        f"  (OpenAPI: /openapi.json{'; token required' if settings.api.token else ''})\n"
         f"  logs             {settings.platform.state_dir / 'logs'}\n"
         "try:\n" + "\n".join(f'  {gpulens} sql "{q}"' for q in EXAMPLES) + f"\nstop with: {gpulens} down"
     )
@@ -419,7 +422,7 @@ def status(context: Context) -> None:
 @click.option("--watch", is_flag=True, help="Also run `gpulens watch` (a Kubernetes cluster is reachable).")
 @pass_context
 def supervise(context: Context, watch: bool) -> None:
-    """Run the pipeline's processes (worker, tables, sink, exporter) and restart any that exits.
+    """Run the pipeline's processes (worker, sink, exporter, API, ...) and restart any that exits.
 
     `gpulens up` starts this in the background; `gpulens down` stops it, and it stops the
     processes it runs (each writes what it buffers first). Restarts are logged and shown
@@ -459,6 +462,7 @@ cli.add_command(db)
 cli.add_command(exporter)
 cli.add_command(retention)
 cli.add_command(simulate)
+cli.add_command(api)
 
 
 EX_UNAVAILABLE = 69

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpulens.api.settings import ApiSettings
 from gpulens.consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from gpulens.consumers.prometheus.settings import ExporterSettings
 from gpulens.infra.settings import PlatformSettings, RetentionSettings
@@ -53,6 +54,7 @@ class GPULensSettings(BaseSettings):
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @classmethod
     def settings_customise_sources(

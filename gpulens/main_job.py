@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from gpulens.schemas.model.topics import TopicSpec
 
 WORKER, SINK, EXPORTER, WATCHER, SUPERVISOR = "worker", "sink", "exporter", "watcher", "supervisor"
-RETENTION = "retention"
-PIPELINE = (WORKER, SINK, EXPORTER, RETENTION, WATCHER)
+RETENTION, API = "retention", "api"
+PIPELINE = (WORKER, SINK, EXPORTER, RETENTION, WATCHER, API)
 """Started (by the supervisor) after the platform, stopped before it."""
 
 DEMO_WINDOW_S = 3600
@@ -58,6 +58,13 @@ def pipeline_specs(
             settings.exporter.host,
             settings.exporter.port,
             hint="set GPULENS_EXPORTER__PORT to another port",
+        ),
+        API: ServiceSpec(
+            API,
+            [*python, "api"],
+            settings.api.host,
+            settings.api.port,
+            hint="set GPULENS_API__PORT to another port",
         ),
     }
     retention = settings.retention

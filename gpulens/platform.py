@@ -114,7 +114,7 @@ def write_private_config(directory: Path, *, broker: str = "noida", kafka_port: 
     For tests, benchmarks and CI smoke runs that must not touch a platform already running.
     """
     kafka = kafka_port or free_port()
-    registry, clickhouse, exporter, retention = free_port(), free_port(), free_port(), free_port()
+    registry, clickhouse, exporter, retention, api = (free_port() for _ in range(5))
     path = directory / "gpulens.toml"
     path.write_text(
         f"""cluster = "private"
@@ -134,6 +134,9 @@ port = {exporter}
 
 [retention]
 metrics_port = {retention}
+
+[api]
+port = {api}
 
 [platform]
 state_dir = "{directory / "state"}"

@@ -343,6 +343,9 @@ def _served_ports(container: Container, settings: GPULensSettings) -> set[int]:
     if name == "exporter":
         exporter = with_flags(settings.exporter, context)
         ports.add((exporter.host, exporter.port))
+    if name == "api":
+        api = with_flags(settings.api, context)
+        ports.add((api.host, api.port))
     if name == "sink" and params["metrics_port"] is not None:
         ports.add((params["metrics_host"], params["metrics_port"]))
     if name == "worker":

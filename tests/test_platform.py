@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -151,8 +152,12 @@ def test_gpulens_up_private_starts_the_pipeline_and_down_with_its_config_stops_i
         assert f"stop with: gpulens --config {config} down" in result.stdout
         assert "smoke: 7 record types through broker and registry and back" in result.stdout
         assert "  supervisor  started" in result.stdout
-        for service in ("worker", "sink", "exporter"):
+        for service in ("worker", "sink", "exporter", "api"):
             assert f"  {service:<11} running" in result.stdout
+        api = f"http://{settings.api.host}:{settings.api.port}"
+        assert f"API              {api}/api/clusters" in result.stdout
+        with urllib.request.urlopen(f"{api}/api/clusters", timeout=30) as response:
+            assert response.status == 200 and "data" in json.load(response)
         assert run(config, "sql", "SELECT 1 + 1", "--format", "TSV").stdout == "2\n"
         tables = run(config, "sql", "SHOW TABLES FROM gpulens", "--format", "TSV").stdout.split()
         assert {"cluster_gpu_allocation", "alerts", "workload_gpu_usage", "pod_events"} <= set(tables)

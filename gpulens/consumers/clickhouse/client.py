@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlparse
 
 import clickhouse_connect
@@ -12,8 +13,18 @@ from gpulens.consumers.clickhouse.exceptions import translate
 from gpulens.consumers.clickhouse.settings import ClickHouseSettings
 
 
-def get_client(settings: ClickHouseSettings, *, database: str | None = None) -> Client:
+def get_client(
+    settings: ClickHouseSettings,
+    *,
+    database: str | None = None,
+    query_settings: Mapping[str, str | int | float] | None = None,
+    session: bool = True,
+) -> Client:
     """A clickhouse-connect client: HTTP for ``http(s)://`` URLs, in-process chDB for ``chdb://``.
+
+    ``query_settings`` go with every statement (``{"readonly": 2}``: ClickHouse refuses writes).
+    ``session`` False: no session id, so that threads may share the client (ClickHouse refuses
+    concurrent statements in one session).
 
     Raises :class:`~gpulens.consumers.clickhouse.exceptions.ClickHouseUnavailable` when the server
     cannot be reached (the client asks it for its version on creation).
@@ -21,7 +32,9 @@ def get_client(settings: ClickHouseSettings, *, database: str | None = None) -> 
     url = urlparse(settings.url)
     try:
         if url.scheme == "chdb":
-            return clickhouse_connect.get_client(dsn=settings.url, database=database)
+            return clickhouse_connect.get_client(
+                dsn=settings.url, database=database, settings=dict(query_settings or {})
+            )
         return clickhouse_connect.get_client(
             host=url.hostname or "127.0.0.1",
             port=url.port or (8443 if url.scheme == "https" else 8123),
@@ -29,6 +42,8 @@ def get_client(settings: ClickHouseSettings, *, database: str | None = None) -> 
             username=settings.username,
             password=settings.password.get_secret_value(),
             database=database,
+            settings=dict(query_settings or {}),
+            autogenerate_session_id=session,
         )
     except DriverError as err:
         raise translate(err, f"connecting to {settings.url}") from err

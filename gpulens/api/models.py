@@ -1,0 +1,369 @@
+"""What each endpoint answers, as pydantic models: /openapi.json describes every field from them,
+and FastAPI checks every answer against its model before it leaves (a column renamed in SQL
+fails a test, not a client).
+
+Fields are the columns of the statements in :mod:`gpulens.api.queries` (snake case, as in the
+tables); the envelopes' own fields (``asOf``, ``pageNum``, ``pageSize``, ``groupBy``) are
+spelled as the query parameters they echo. Times are RFC 3339 in UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Row = TypeVar("Row", bound=BaseModel)
+
+AS_OF = Field(default=None, description="The asOf asked (null: the newest state).")
+
+
+class Listing(BaseModel, Generic[Row]):
+    """A whole list."""
+
+    asOf: datetime | None = AS_OF
+    data: list[Row]
+
+
+class Paged(Listing[Row], Generic[Row]):
+    """One page of a list, and how many rows the list has in all."""
+
+    total: int
+    pageNum: int
+    pageSize: int
+
+
+class Series(BaseModel, Generic[Row]):
+    """A time series over ``[start, end)`` in buckets of ``step`` seconds."""
+
+    start: datetime
+    end: datetime
+    step: int
+    data: list[Row]
+
+
+class Cluster(BaseModel):
+    name: str
+    nodes: int = Field(description="Nodes not deleted.")
+    gpu_capacity: float = Field(description="Allocatable GPUs of Ready, schedulable nodes.")
+    newest_event: datetime = Field(description="Its newest node event.")
+
+
+class OverviewWindow(BaseModel):
+    """The newest cluster_overview window that ended by asOf."""
+
+    window_start: datetime
+    window_end: datetime
+    nodes_total: int
+    nodes_healthy: int
+    nodes_not_ready: int
+    nodes_cordoned: int
+    nodes_fully_idle: int
+    nodes_partially_idle: int
+    nodes_busy: int
+    gpu_capacity: float
+    gpus_allocated_avg: float
+    allocation_rate_avg: float | None
+    gpu_utilization_avg: float | None
+    gpu_samples: int
+
+
+class AllocationWindow(BaseModel):
+    """A cluster_gpu_allocation window."""
+
+    window_start: datetime
+    window_end: datetime
+    gpu_capacity: float
+    gpus_allocated_avg: float
+    gpus_allocated_max: float
+    gpus_allocated_end: float
+    allocation_rate_avg: float | None
+    pods_running_end: int
+    pods_pending_end: int
+
+
+class AllocationNow(BaseModel):
+    """GPU allocation at the instant itself (TABLES.md's "as of" query)."""
+
+    gpu_capacity: float
+    gpus_allocated: float
+    pods_running: int
+    pods_pending: int
+    allocation_rate: float | None
+
+
+class FaultyNode(BaseModel):
+    node: str
+    reasons: list[str] = Field(description="NotReady, GpuLost.")
+    gpus_lost: int
+
+
+class Overview(BaseModel):
+    cluster: str
+    asOf: datetime | None = AS_OF
+    nodes: OverviewWindow | None
+    allocation: AllocationWindow | None
+    now: AllocationNow
+    faulty_nodes: list[FaultyNode]
+
+
+class Consumer(BaseModel):
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+    window_start: datetime
+    window_end: datetime
+    gpus_held: float = Field(description="GPUs held at the end of its newest window.")
+    gpus_allocated_avg: float
+    utilization_avg: float | None
+    utilization_max: float | None
+    pods: int
+
+
+class HeatmapCell(BaseModel):
+    node: str
+    gpu_index: int
+    time: datetime = Field(description="Start of the bucket.")
+    utilization: float | None
+    samples: int
+
+
+class Node(BaseModel):
+    name: str
+    ready: bool
+    schedulable: bool
+    gpu_model: str | None
+    gpu_vendor: str | None
+    gpus_allocatable: float
+    gpus_allocated: float
+    pods_running: int
+    last_seen: datetime
+
+
+class NodeDetail(BaseModel):
+    """Every column of the node's newest observation (node_events), and what it holds then."""
+
+    model_config = ConfigDict(extra="allow")
+
+    asOf: datetime | None = AS_OF
+    cluster: str
+    node: str
+    type: str
+    ready: bool
+    schedulable: bool
+    gpus_allocatable: float
+    gpu_model: str | None
+    event_time: datetime
+    gpus_allocated: float | None = None
+    pods_running: int | None = None
+
+
+class GpuDevice(BaseModel):
+    device_id: str
+    gpu_index: int
+    vendor: str
+    model: str
+    uuid: str | None
+    serial: str | None
+    bdf: str | None
+    vram_total_bytes: int | None
+    driver_version: str | None
+    gpu_partition: str | None
+    pod_namespace: str | None = Field(description="The container holding it then (null: free).")
+    pod_name: str | None
+    container_name: str | None
+
+
+class GpuMetric(BaseModel):
+    gpu_index: int
+    device_id: str
+    time: datetime
+    utilization: float | None
+    memory_used_bytes_avg: float | None
+    power_watts_avg: float | None
+    temperature_junction_c_avg: float | None
+    samples: int
+
+
+class UtilizationPoint(BaseModel):
+    time: datetime
+    utilization: float | None
+    samples: int
+
+
+class NodeWorkload(BaseModel):
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+    pods: int
+    gpus: float
+
+
+class HeldPeriod(BaseModel):
+    """A pod that held GPUs of the node."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    workload_uid: str
+    workload_kind: str
+    workload_name: str
+    gpu_amount: float
+    held_from: datetime
+    held_until: datetime | None = Field(description="Null: holding at the newest event.")
+
+
+class NodeWindow(BaseModel):
+    """A node_gpu_allocation window."""
+
+    window_start: datetime
+    window_end: datetime
+    gpu_model: str | None
+    gpu_capacity: float
+    gpus_allocated_avg: float
+    gpus_allocated_max: float
+    gpus_allocated_end: float
+    allocation_rate_avg: float | None
+    pods_running_end: int
+
+
+class Workload(BaseModel):
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+    status: str = Field(description="Running, Pending, Failed or Done (from its pods).")
+    pods: int = Field(description="Pods not deleted.")
+    pods_running: int
+    gpus_held: float
+    created: datetime
+    last_seen: datetime
+
+
+class WorkloadNow(Workload):
+    asOf: datetime | None = AS_OF
+
+
+class Pod(BaseModel):
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    deleted: bool
+    holds_gpus: bool
+    gpu_amount: float
+    creation_time: datetime
+    unschedulable_reason: str | None
+    last_seen: datetime
+
+
+class Branch(BaseModel):
+    """An object of a workload's tree: its child objects, and the pods it owns directly."""
+
+    uid: str
+    kind: str
+    name: str
+    children: list[Branch]
+    pods: list[Pod]
+
+
+class Hierarchy(Branch):
+    asOf: datetime | None = AS_OF
+
+
+class WorkloadWindow(BaseModel):
+    """A workload_gpu_usage window."""
+
+    window_start: datetime
+    window_end: datetime
+    gpus_allocated_avg: float
+    gpus_allocated_max: float
+    gpus_allocated_end: float
+    utilization_avg: float | None
+    utilization_max: float | None
+    samples: int
+    pods_active_end: int
+
+
+class Alert(BaseModel):
+    alert: str
+    entity: str = Field(description="GPU id, pod uid or node name.")
+    state: str = Field(description="OPENED or RESOLVED: its newest change by asOf.")
+    event_time: datetime
+    since: datetime
+    node: str | None
+    gpu_id: str | None
+    pod_uid: str | None
+    pod_namespace: str | None
+    pod_name: str | None
+    message: str
+    labels: dict[str, str]
+
+
+class PendingPod(BaseModel):
+    uid: str
+    namespace: str
+    name: str
+    workload_uid: str
+    workload_kind: str
+    workload_name: str
+    gpus_requested: float
+    created: datetime
+    reason: str | None
+    message: str | None
+    age_s: float = Field(description="Seconds it has waited by asOf (or the cluster's newest event).")
+    free_gpus: dict[str, float] | None = Field(description="Free GPUs by model when its alert opened.")
+    max_free_on_one_node: dict[str, float] | None
+
+
+class Pending(Listing[PendingPod]):
+    now: datetime = Field(description="The instant ages count to.")
+
+
+class HourlyRow(BaseModel):
+    hour: datetime
+    group_key: str = Field(description="The namespace, workload uid or label value.")
+    group_label: str
+    gpu_hours: float
+    utilization_avg: float | None
+    utilization_p50: float | None
+    utilization_p95: float | None
+    utilization_max: float | None
+    samples: int
+    workloads: int
+
+
+class Hourly(BaseModel):
+    groupBy: str
+    data: list[HourlyRow]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Problem(BaseModel):
+    """One refused parameter."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    name: str = Field(description="The parameter, as the request spells it (e.g. pageSize).")
+    in_: str = Field(alias="in", description="query or path.")
+    message: str
+
+
+class BadParameters(BaseModel):
+    """400: the parameters refused, each named."""
+
+    error: str = Field(description="invalid parameter: NAME[, NAME ...]")
+    parameters: list[Problem]
+
+
+class Failure(BaseModel):
+    """401, 404, 500, 503: what went wrong."""
+
+    error: str

@@ -1,0 +1,1 @@
+"""The API's endpoints, one module per resource, under Lens's paths (``/api/...``)."""

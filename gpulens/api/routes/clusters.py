@@ -1,0 +1,81 @@
+"""``/api/clusters``: the clusters, each one's overview, its GPU consumers and its GPU heatmap."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+
+from gpulens.api import queries
+from gpulens.api.models import Cluster, Consumer, HeatmapCell, Listing, Overview, Paged, Series
+from gpulens.api.parameters import AsOf, Db, Paging, SeriesAsked, Settings, at, paged, series_range
+from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF
+
+router = APIRouter(prefix="/clusters", tags=["clusters"])
+
+ClusterName = Annotated[str, Path(min_length=1, description="Cluster name.")]
+
+
+def _one(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return rows[0] if rows else None
+
+
+@router.get("", response_model=Listing[Cluster])
+def clusters(db: Db, as_of: AsOf = None) -> dict[str, Any]:
+    """Every cluster with nodes as of ``asOf``: nodes, GPU capacity, newest node event."""
+    return {"asOf": as_of, "data": db.rows(queries.CLUSTERS, {"at": at(as_of)})}
+
+
+@router.get("/{cluster}/overview", response_model=Overview)
+def overview(cluster: ClusterName, db: Db, as_of: AsOf = None) -> dict[str, Any]:
+    """Nodes fully idle, partly idle and busy, utilization (the newest cluster_overview window by
+    ``asOf``); allocation rate (the newest cluster_gpu_allocation window); GPUs held at the
+    instant itself (the "as of" query of TABLES.md); faulty nodes: NotReady or GPUs lost."""
+    params = {"cluster": cluster, "at": at(as_of)}
+    now = db.rows(GPU_ALLOCATION_AS_OF, params)[0]
+    capacity = now["gpu_capacity"]
+    faulty: dict[str, dict[str, Any]] = {}
+    for row in db.rows(queries.FAULTY_NODES, params):
+        node = faulty.setdefault(row["node"], {"node": row["node"], "reasons": [], "gpus_lost": 0})
+        node["reasons"].append(row["reason"])
+        node["gpus_lost"] += row["gpus_lost"]
+    return {
+        "cluster": cluster,
+        "asOf": as_of,
+        "nodes": _one(db.rows(queries.LAST_OVERVIEW, params)),
+        "allocation": _one(db.rows(queries.LAST_ALLOCATION, params)),
+        "now": {**now, "allocation_rate": now["gpus_allocated"] / capacity if capacity else None},
+        "faulty_nodes": sorted(faulty.values(), key=lambda n: str(n["node"])),
+    }
+
+
+@router.get("/{cluster}/consumers", response_model=Paged[Consumer])
+def consumers(
+    cluster: ClusterName,
+    db: Db,
+    chosen: Paging,
+    as_of: AsOf = None,
+) -> dict[str, Any]:
+    """Workloads holding GPUs (at the end of their newest window by ``asOf``), most GPUs first,
+    with their mean utilization over that window."""
+    rows, total = db.page(queries.CONSUMERS, {"cluster": cluster, "at": at(as_of)}, chosen)
+    return paged(rows, total, chosen, asOf=as_of)
+
+
+@router.get("/{cluster}/gpuHeatmap", response_model=Series[HeatmapCell])
+def gpu_heatmap(
+    cluster: ClusterName,
+    db: Db,
+    settings: Settings,
+    chosen: SeriesAsked,
+) -> dict[str, Any]:
+    """Mean utilization per node, GPU and ``step`` over ``[start, end)`` (default: the hour
+    before the cluster's newest sample)."""
+    span = series_range(chosen, db, settings, cluster=cluster)
+    params = {"cluster": cluster, "node": None, "start": span.start, "end": span.end, "step": chosen.step}
+    return {
+        "start": span.start,
+        "end": span.end,
+        "step": chosen.step,
+        "data": db.rows(queries.GPU_HEATMAP, params),
+    }

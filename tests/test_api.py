@@ -1,0 +1,645 @@
+"""`gpulens api` against real ClickHouse holding replayed data: each endpoint's numbers equal an
+independent computation, from the latest-state tables, the tested "as of" SQL, plain SQL of
+the windowed tables, or the trace's CSV itself.
+
+One pipeline for the whole module, on a platform of its own: a busy quarter-day of the Alibaba
+v2023 trace (40 nodes, its pods created in that time, many of them pending for a while) and the
+first 3,000 rows of the GenAI duty cycles (41 one-GPU pods, idle stretches) are replayed into two
+clusters; the worker (hourly windows), the sink and the exporter run until every group has
+drained; then `gpulens api` runs as a process with a token, and the tests ask it over HTTP.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from alert_oracle import SAMPLES
+from clickhouse_connect.driver.exceptions import DatabaseError
+from trace_slices import head_of, pods_between
+
+from gpulens.api.reading import READ_ONLY, open_reader
+from gpulens.config import GPULensSettings
+from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.exceptions import ClickHouseError
+from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF, PODS_RUNNING_AS_OF
+from gpulens.draining import wait_drained
+from gpulens.platform import free_port, private_platform
+from gpulens.producers.replay import genai_duty
+from gpulens.producers.replay.locating import traces_dir
+from gpulens.schemas.kafka.topic_admin import create_topics
+
+ALIBABA = traces_dir() / "alibaba-gpu-v2023"
+DAY = 86_400
+TOKEN = "api-test-token"
+ALI, GEN = "api-alibaba", "api-genai"
+
+
+def gpulens(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
+
+
+@dataclass
+class Demo:
+    settings: GPULensSettings
+    http: httpx.Client
+    base: str
+    duty_csv: Path
+    config: Path
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(path, params=params)
+        assert response.status_code == 200, (path, params, response.text)
+        return response.json()
+
+    def sql(self, statement: str, **params: Any) -> list[tuple]:
+        client = get_client(self.settings.clickhouse, database=self.settings.clickhouse.database)
+        try:
+            return client.query(statement, parameters=params).result_rows
+        finally:
+            client.close()
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    directory = tmp_path_factory.mktemp("api")
+    nodes_csv = head_of(ALIBABA / "openb_node_list_gpu_node.csv", 40, directory / "nodes.csv")
+    pods_csv = pods_between(
+        ALIBABA / "openb_pod_list_default.csv", 147 * DAY, 147 * DAY + DAY // 4, directory / "pods.csv",
+        gone_within_s=DAY // 2,
+    )  # fmt: skip
+    duty_csv = head_of(SAMPLES, 3_000, directory / "duty.csv")
+    processes: list[subprocess.Popen[bytes]] = []
+    with private_platform(directory) as settings:
+        create_topics(settings.kafka)
+        config = directory / "gpulens.toml"
+        try:
+            for replay in (
+                ["alibaba-v2023", "--nodes", str(nodes_csv), "--pods", str(pods_csv), "--cluster", ALI],
+                ["genai-duty", "--samples", str(duty_csv), "--cluster", GEN],
+            ):
+                done = subprocess.run(gpulens(config, "replay", *replay), capture_output=True, timeout=300)
+                assert done.returncode == 0, done.stderr
+            for name, *args in (("worker", "--window", "3600"), ("sink",), ("exporter",)):
+                with (directory / f"{name}.log").open("ab") as log:
+                    processes.append(
+                        subprocess.Popen(gpulens(config, name, *args), stdout=subprocess.DEVNULL, stderr=log)
+                    )
+            assert wait_drained(settings, timeout_s=300) is not None, "the pipeline did not drain"
+            with (directory / "api.log").open("ab") as log:
+                api = subprocess.Popen(
+                    gpulens(config, "api"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env={**os.environ, "GPULENS_API__TOKEN": TOKEN},
+                )
+            processes.append(api)
+            base = f"http://{settings.api.host}:{settings.api.port}"
+            deadline = time.monotonic() + 60
+            while True:
+                assert api.poll() is None, (directory / "api.log").read_text()
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the API did not answer within 60 s"
+                time.sleep(0.2)
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+                yield Demo(settings, http, base, duty_csv, config)
+        finally:
+            _stop(processes)
+
+
+def instant(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def rfc3339(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def busiest_window_end(demo: Demo) -> datetime:
+    """The end of the Alibaba slice's window with the most GPUs held at its end."""
+    rows = demo.sql(
+        "SELECT window_end FROM cluster_gpu_allocation FINAL WHERE cluster = {c:String} "
+        "ORDER BY gpus_allocated_end DESC, window_start LIMIT 1",
+        c=ALI,
+    )
+    return utc(rows[0][0])
+
+
+def duty_rows(demo: Demo) -> list[tuple[str, datetime, float]]:
+    """The GenAI slice as the CSV says: (pod, time, utilization %)."""
+    with demo.duty_csv.open() as handle:
+        return [
+            (r["container_ip"], datetime.fromtimestamp(float(r["timestamp_anon"]), UTC), float(r["value"]))
+            for r in csv.DictReader(handle)
+        ]
+
+
+def bucket(at: datetime, step: int) -> datetime:
+    return datetime.fromtimestamp(int(at.timestamp()) // step * step, UTC)
+
+
+# --- clusters --------------------------------------------------------------------------------------
+
+
+def test_clusters_have_the_nodes_and_capacity_of_the_latest_state_table(demo: Demo) -> None:
+    listed = {c["name"]: c for c in demo.get("/api/clusters")["data"]}
+    expected = demo.sql(
+        "SELECT cluster, count(), sumIf(gpus_allocatable, ready AND schedulable) FROM nodes FINAL "
+        "WHERE type != 'DELETED' AND cluster IN ({a:String}, {g:String}) GROUP BY cluster",
+        a=ALI,
+        g=GEN,
+    )
+    assert {c: (listed[c]["nodes"], listed[c]["gpu_capacity"]) for c, *_ in expected} == {
+        c: (n, capacity) for c, n, capacity in expected
+    }
+    assert {ALI, GEN} <= listed.keys()
+
+
+def test_overview_allocation_is_the_last_window_and_as_of_is_the_as_of_sql(demo: Demo) -> None:
+    last = demo.sql(
+        "SELECT window_start, allocation_rate_avg, gpus_allocated_avg, gpu_capacity "
+        "FROM cluster_gpu_allocation FINAL WHERE cluster = {c:String} ORDER BY window_start DESC LIMIT 1",
+        c=ALI,
+    )[0]
+    overview = demo.get(f"/api/clusters/{ALI}/overview")
+    allocation = overview["allocation"]
+    assert instant(allocation["window_start"]) == utc(last[0])
+    assert (
+        allocation["allocation_rate_avg"],
+        allocation["gpus_allocated_avg"],
+        allocation["gpu_capacity"],
+    ) == (
+        pytest.approx(last[1]),
+        pytest.approx(last[2]),
+        last[3],
+    )
+    nodes = demo.sql(
+        "SELECT nodes_total, nodes_fully_idle, nodes_partially_idle, nodes_busy, gpu_utilization_avg "
+        "FROM cluster_overview FINAL WHERE cluster = {c:String} ORDER BY window_start DESC LIMIT 1",
+        c=GEN,
+    )[0]
+    shown = demo.get(f"/api/clusters/{GEN}/overview")["nodes"]
+    assert (
+        shown["nodes_total"],
+        shown["nodes_fully_idle"],
+        shown["nodes_partially_idle"],
+        shown["nodes_busy"],
+    ) == nodes[:4]
+    assert shown["gpu_utilization_avg"] == pytest.approx(nodes[4])
+    # now, without asOf: the latest-state tables
+    held = demo.sql(
+        "SELECT sum(gpu_amount), count() FROM pods FINAL WHERE cluster = {c:String} AND holds_gpus", c=GEN
+    )[0]
+    now = demo.get(f"/api/clusters/{GEN}/overview")["now"]
+    assert (now["gpus_allocated"], now["pods_running"]) == (held[0], held[1])
+
+    # as of the busiest window's end: that window, and the as-of SQL of TABLES.md at that instant
+    at = busiest_window_end(demo)
+    past = demo.get(f"/api/clusters/{ALI}/overview", asOf=rfc3339(at))
+    assert instant(past["allocation"]["window_end"]) == at
+    expected = demo.sql(GPU_ALLOCATION_AS_OF, cluster=ALI, at=at)[0]
+    got = past["now"]
+    assert (got["gpu_capacity"], got["gpus_allocated"], got["pods_running"], got["pods_pending"]) == (
+        expected[0],
+        pytest.approx(expected[1]),
+        expected[2],
+        expected[3],
+    )
+    assert got["gpus_allocated"] > 0, "the busiest instant holds GPUs"
+    assert got["allocation_rate"] == pytest.approx(expected[1] / expected[0])
+
+
+def test_consumers_are_the_workloads_holding_gpus_in_their_newest_window_page_by_page(demo: Demo) -> None:
+    expected = demo.sql(
+        "SELECT workload_uid, gpu_allocated, gpu_utilization FROM workload_statistic "
+        "WHERE cluster = {c:String} AND gpu_allocated > 0 ORDER BY gpu_allocated DESC, workload_uid",
+        c=GEN,
+    )
+    pages, page = [], 1
+    while True:
+        body = demo.get(f"/api/clusters/{GEN}/consumers", pageNum=page, pageSize=7)
+        assert body["total"] == len(expected)
+        if not body["data"]:
+            break
+        pages += body["data"]
+        page += 1
+    assert [(c["uid"], c["gpus_held"]) for c in pages] == [(uid, gpus) for uid, gpus, _ in expected]
+    assert [c["utilization_avg"] for c in pages] == pytest.approx([u for *_, u in expected])
+    assert len(expected) == len({pod for pod, _, _ in duty_rows(demo)})
+
+
+def test_gpu_heatmap_cells_are_the_means_of_the_csv_rows(demo: Demo) -> None:
+    rows = duty_rows(demo)
+    start, end, step = min(r[1] for r in rows), max(r[1] for r in rows) + timedelta(seconds=1), 600
+    expected: dict[tuple[str, datetime], list[float]] = defaultdict(list)
+    for pod, at, value in rows:
+        expected[(genai_duty.node_name(pod), bucket(at, step))].append(value)
+    body = demo.get(f"/api/clusters/{GEN}/gpuHeatmap", start=rfc3339(start), end=rfc3339(end), step=step)
+    cells = {(c["node"], instant(c["time"])): c for c in body["data"]}
+    assert cells.keys() == expected.keys()
+    for key, values in expected.items():
+        assert cells[key]["samples"] == len(values), key
+        assert cells[key]["utilization"] == pytest.approx(sum(values) / len(values)), key
+        assert cells[key]["gpu_index"] == 0
+    default = demo.get(f"/api/clusters/{GEN}/gpuHeatmap", step=step)
+    assert instant(default["end"]) == max(r[1] for r in rows) + timedelta(milliseconds=1)
+    assert instant(default["start"]) == instant(default["end"]) - timedelta(hours=1)
+
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+
+def test_nodes_hold_what_the_pods_tables_say_now_and_as_of(demo: Demo) -> None:
+    listed = demo.get("/api/nodes", cluster=ALI, pageSize=1000)
+    expected = demo.sql(
+        "SELECT node, gpus_allocatable FROM nodes FINAL WHERE cluster = {c:String} AND type != 'DELETED' "
+        "ORDER BY node",
+        c=ALI,
+    )
+    assert listed["total"] == len(expected) == 40
+    assert [(n["name"], n["gpus_allocatable"]) for n in listed["data"]] == expected
+    held_now = dict(
+        demo.sql(
+            "SELECT node, sum(gpu_amount) FROM pods FINAL "
+            "WHERE cluster = {c:String} AND holds_gpus GROUP BY node",
+            c=ALI,
+        )
+    )
+    assert {n["name"]: n["gpus_allocated"] for n in listed["data"] if n["gpus_allocated"]} == held_now
+
+    at = busiest_window_end(demo)
+    past = demo.get("/api/nodes", cluster=ALI, pageSize=1000, asOf=rfc3339(at))["data"]
+    running = demo.sql(PODS_RUNNING_AS_OF, cluster=ALI, at=at)
+    held: dict[str, float] = defaultdict(float)
+    for _uid, _ns, _name, node, gpus in running:
+        held[node] += gpus
+    assert {n["name"]: n["gpus_allocated"] for n in past if n["gpus_allocated"]} == pytest.approx(dict(held))
+    # pages of 15 make the same list
+    pages = [demo.get("/api/nodes", cluster=ALI, pageSize=15, pageNum=p)["data"] for p in (1, 2, 3, 4)]
+    assert [n["name"] for page in pages for n in page] == [n["name"] for n in listed["data"]]
+
+    busiest = max(held, key=lambda n: (held[n], n))
+    one = demo.get(f"/api/nodes/{busiest}", cluster=ALI, asOf=rfc3339(at))
+    assert (one["node"], one["gpus_allocated"], one["pods_running"]) == (
+        busiest,
+        pytest.approx(held[busiest]),
+        sum(1 for r in running if r[3] == busiest),
+    )
+    workloads = demo.get(f"/api/nodes/{busiest}/workloads", cluster=ALI, asOf=rfc3339(at))["data"]
+    assert sorted(w["uid"] for w in workloads) == sorted(r[0] for r in running if r[3] == busiest)
+    history = demo.get(f"/api/nodes/{busiest}/workloadsHistory", cluster=ALI, pageSize=1000)
+    ever = demo.sql(
+        "SELECT DISTINCT uid FROM pod_events WHERE cluster = {c:String} AND node = {n:String} AND holds_gpus",
+        c=ALI,
+        n=busiest,
+    )
+    assert sorted(h["pod_uid"] for h in history["data"]) == sorted(u for (u,) in ever)
+    assert history["total"] == len(ever)
+    assert all(h["held_until"] is None or h["held_until"] > h["held_from"] for h in history["data"])
+    windows = demo.get(f"/api/nodes/{busiest}/gpuAllocation", cluster=ALI)["data"]
+    expected_windows = demo.sql(
+        "SELECT window_start, gpus_allocated_avg FROM node_gpu_allocation FINAL "
+        "WHERE cluster = {c:String} AND node = {n:String} ORDER BY window_start",
+        c=ALI,
+        n=busiest,
+    )
+    assert [(instant(w["window_start"]), w["gpus_allocated_avg"]) for w in windows] == [
+        (utc(s), pytest.approx(v)) for s, v in expected_windows
+    ]
+    assert demo.http.get("/api/nodes/no-such-node", params={"cluster": ALI}).status_code == 404
+
+
+def test_a_genai_node_shows_its_gpu_its_holder_and_the_csv_samples(demo: Demo) -> None:
+    rows = duty_rows(demo)
+    pod = rows[0][0]
+    node = genai_duty.node_name(pod)
+    devices = demo.get(f"/api/nodes/{node}/gpuDevices", cluster=GEN)["data"]
+    name = demo.sql(
+        "SELECT name FROM pods FINAL WHERE cluster = {c:String} AND uid = {u:String}",
+        c=GEN,
+        u=genai_duty.pod_uid(GEN, pod),
+    )[0][0]
+    assert [(d["device_id"], d["gpu_index"], d["pod_name"]) for d in devices] == [
+        (genai_duty.gpu_id(pod), 0, name)
+    ]
+    first = min(at for p, at, _ in rows if p == pod)
+    assert (
+        demo.get(f"/api/nodes/{node}/gpuDevices", cluster=GEN, asOf=rfc3339(first - timedelta(seconds=1)))[
+            "data"
+        ]
+        == []
+    ), "before its first inventory the node had no GPU"
+
+    step = 300
+    expected: dict[datetime, list[float]] = defaultdict(list)
+    for p, at, value in rows:
+        if p == pod:
+            expected[bucket(at, step)].append(value)
+    start, end = rfc3339(min(expected)), rfc3339(max(expected) + timedelta(seconds=step))
+    metrics = demo.get(f"/api/nodes/{node}/gpuMetrics", cluster=GEN, start=start, end=end, step=step)["data"]
+    history = demo.get(
+        f"/api/nodes/{node}/gpuUtilizationHistory", cluster=GEN, start=start, end=end, step=step
+    )
+    for series in (metrics, history["data"]):
+        assert [instant(m["time"]) for m in series] == sorted(expected)
+        assert [m["utilization"] for m in series] == pytest.approx(
+            [sum(v) / len(v) for _, v in sorted(expected.items())]
+        )
+        assert [m["samples"] for m in series] == [len(v) for _, v in sorted(expected.items())]
+
+
+# --- workloads -------------------------------------------------------------------------------------
+
+
+def test_workloads_filters_detail_hierarchy_metrics_and_pods(demo: Demo) -> None:
+    rows = duty_rows(demo)
+    pods = Counter(p for p, _, _ in rows)
+    listed = demo.get("/api/workloads", cluster=GEN, pageSize=1000)
+    assert listed["total"] == len(pods)
+    assert {w["uid"] for w in listed["data"]} == {genai_duty.pod_uid(GEN, p) for p in pods}
+    assert {(w["kind"], w["status"], w["gpus_held"], w["namespace"]) for w in listed["data"]} == {
+        ("Pod", "Running", 1.0, "genai")
+    }
+    assert demo.get("/api/workloads", cluster=GEN, kind="Pod")["total"] == len(pods)
+    assert demo.get("/api/workloads", cluster=GEN, status="Done")["total"] == 0
+    assert demo.get("/api/workloads", cluster=GEN, namespace="elsewhere")["total"] == 0
+
+    pod = rows[0][0]
+    uid = genai_duty.pod_uid(GEN, pod)
+    one = demo.get(f"/api/workloads/{uid}", cluster=GEN)
+    assert (one["uid"], one["pods_running"], one["gpus_held"]) == (uid, 1, 1.0)
+    tree = demo.get(f"/api/workloads/{uid}/hierarchy", cluster=GEN)
+    assert (tree["uid"], tree["kind"], tree["children"], [p["uid"] for p in tree["pods"]]) == (
+        uid,
+        "Pod",
+        [],
+        [uid],
+    )
+    assert [p["uid"] for p in demo.get(f"/api/workloads/{uid}/pods", cluster=GEN)["data"]] == [uid]
+    windows = demo.get(f"/api/workloads/{uid}/metrics", cluster=GEN)["data"]
+    assert sum(w["samples"] for w in windows) == pods[pod], "every CSV row of the pod is a sample of it"
+    expected = demo.sql(
+        "SELECT window_start, utilization_avg FROM workload_gpu_usage FINAL "
+        "WHERE cluster = {c:String} AND workload_uid = {u:String} ORDER BY window_start",
+        c=GEN,
+        u=uid,
+    )
+    assert [(instant(w["window_start"]), w["utilization_avg"]) for w in windows] == [
+        (utc(s), pytest.approx(u)) for s, u in expected
+    ]
+    assert demo.http.get("/api/workloads/nope", params={"cluster": GEN}).status_code == 404
+
+    at = busiest_window_end(demo)
+    past = demo.get("/api/workloads", cluster=ALI, pageSize=1000, asOf=rfc3339(at))["data"]
+    expected_alloc = demo.sql(GPU_ALLOCATION_AS_OF, cluster=ALI, at=at)[0]
+    assert sum(w["gpus_held"] for w in past) == pytest.approx(expected_alloc[1])
+    assert sum(w["pods_running"] for w in past) == expected_alloc[2]
+
+
+# --- alerts, pending, hourly aggregation -----------------------------------------------------------
+
+
+def _alerts_as_of(demo: Demo, cluster: str, at: datetime) -> dict[tuple[str, str], str]:
+    """Each alert's state at ``at``, from every row of the alerts table, in Python."""
+    latest: dict[tuple[str, str], tuple[datetime, str, str]] = {}
+    for alert, entity, state, when, event in demo.sql(
+        "SELECT alert, entity, state, event_time, event_id FROM alerts FINAL "
+        "WHERE cluster = {c:String} AND event_time <= {at:DateTime64(3, 'UTC')}",
+        c=cluster,
+        at=at,
+    ):
+        if (alert, entity) not in latest or (when, event) > latest[(alert, entity)][:2]:
+            latest[(alert, entity)] = (when, event, state)
+    return {key: state for key, (_, _, state) in latest.items()}
+
+
+def test_alerts_as_of_an_instant_are_each_alerts_newest_state_then(demo: Demo) -> None:
+    rows = duty_rows(demo)
+    at = min(r[1] for r in rows) + (max(r[1] for r in rows) - min(r[1] for r in rows)) / 2
+    expected = _alerts_as_of(demo, GEN, at)
+    assert "OPENED" in expected.values(), "idle GPUs half way through the slice"
+    body = demo.get("/api/alerts", cluster=GEN, pageSize=1000, asOf=rfc3339(at))
+    assert {(a["alert"], a["entity"]): a["state"] for a in body["data"]} == expected
+    assert body["total"] == len(expected)
+    open_now = demo.get(
+        "/api/alerts", cluster=GEN, pageSize=1000, asOf=rfc3339(at), state="open", alert="GpuIdle"
+    )
+    assert {(a["alert"], a["entity"]) for a in open_now["data"]} == {
+        key for key, state in expected.items() if state == "OPENED" and key[0] == "GpuIdle"
+    }
+
+
+def test_pending_pods_with_reason_age_and_free_gpus_when_they_waited(demo: Demo) -> None:
+    alerts = demo.sql(
+        "SELECT pod_uid, event_time, labels FROM alerts FINAL WHERE cluster = {c:String} "
+        "AND alert = 'GpuPodPending' AND state = 'OPENED' ORDER BY event_time, pod_uid LIMIT 1",
+        c=ALI,
+    )
+    assert alerts, "the slice has pods pending long enough to alert"
+    alerted, opened, labels = alerts[0]
+    at = utc(opened) + timedelta(milliseconds=1)
+    state: dict[str, tuple] = {}
+    for uid, version, node, phase, kind, gpus, created in demo.sql(
+        "SELECT uid, version, node, phase, type, gpu_amount, creation_time FROM pod_events "
+        "WHERE cluster = {c:String} AND event_time <= {at:DateTime64(3, 'UTC')}",
+        c=ALI,
+        at=at,
+    ):
+        if uid not in state or version > state[uid][0]:
+            state[uid] = (version, node, phase, kind, gpus, utc(created))
+    waiting = {
+        uid: s[5]
+        for uid, s in state.items()
+        if s[1] is None and s[2] == "Pending" and s[3] != "DELETED" and s[4] > 0
+    }
+    body = demo.get("/api/pending", cluster=ALI, asOf=rfc3339(at))
+    assert {p["uid"]: instant(p["created"]) for p in body["data"]} == waiting
+    for pending in body["data"]:
+        assert pending["age_s"] == pytest.approx((at - waiting[pending["uid"]]).total_seconds())
+    shown = next(p for p in body["data"] if p["uid"] == alerted)
+    assert shown["free_gpus"] == {
+        key.removeprefix("free_gpus."): float(value)
+        for key, value in labels.items()
+        if key.startswith("free_gpus.")
+    }
+    assert shown["reason"] == (labels.get("reason") or shown["reason"])
+
+
+def test_hourly_aggregation_per_workload_and_namespace_equals_the_csv(demo: Demo) -> None:
+    rows = duty_rows(demo)
+    per_pod: dict[tuple[datetime, str], list[float]] = defaultdict(list)
+    per_hour: dict[datetime, list[float]] = defaultdict(list)
+    for pod, at, value in rows:
+        per_pod[(bucket(at, 3600), genai_duty.pod_uid(GEN, pod))].append(value)
+        per_hour[bucket(at, 3600)].append(value)
+    by_workload = demo.get("/api/gpu-aggregation/hourly", cluster=GEN, groupBy="workload")["data"]
+    got = {(instant(r["hour"]), r["group_key"]): r for r in by_workload}
+    assert {key for key, r in got.items() if r["samples"]} == per_pod.keys()
+    for key, values in per_pod.items():
+        assert got[key]["samples"] == len(values), key
+        assert got[key]["utilization_avg"] == pytest.approx(sum(values) / len(values)), key
+    held = demo.sql(
+        "SELECT toStartOfHour(window_start), workload_uid, sum(gpus_allocated_avg * "
+        "dateDiff('second', window_start, window_end)) / 3600 FROM workload_gpu_usage FINAL "
+        "WHERE cluster = {c:String} GROUP BY 1, 2",
+        c=GEN,
+    )
+    for hour, uid, gpu_hours in held:
+        assert got[(utc(hour), uid)]["gpu_hours"] == pytest.approx(gpu_hours), (hour, uid)
+    by_namespace = demo.get("/api/gpu-aggregation/hourly", cluster=GEN, groupBy="namespace")["data"]
+    assert {instant(r["hour"]): (r["group_key"], r["samples"]) for r in by_namespace} == {
+        hour: ("genai", len(values)) for hour, values in per_hour.items()
+    }
+    for row in by_namespace:
+        values = sorted(per_hour[instant(row["hour"])])
+        assert row["utilization_avg"] == pytest.approx(sum(values) / len(values))
+        assert values[0] <= row["utilization_p50"] <= row["utilization_p95"] <= values[-1]
+    by_label = demo.get("/api/gpu-aggregation/hourly", cluster=GEN, groupBy="label:app")["data"]
+    assert {(instant(r["hour"]), r["group_key"], r["samples"]) for r in by_label} == {
+        (hour, "stable-diffusion-serving", len(values)) for hour, values in per_hour.items()
+    }
+
+
+# --- the contract: parameters, token, read-only ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "named"),
+    [
+        ("/api/nodes", {}, "cluster"),
+        ("/api/nodes", {"cluster": ALI, "pageSize": 0}, "pageSize"),
+        ("/api/nodes", {"cluster": ALI, "pageSize": 100_000}, "pageSize"),
+        ("/api/nodes", {"cluster": ALI, "pageNum": "first"}, "pageNum"),
+        ("/api/clusters", {"asOf": "yesterday"}, "asOf"),
+        (f"/api/clusters/{GEN}/gpuHeatmap", {"step": 0}, "step"),
+        (f"/api/clusters/{GEN}/gpuHeatmap", {"step": 1, "start": "2022-01-01T00:00:00Z"}, "step"),
+        ("/api/workloads", {"cluster": GEN, "status": "Sleeping"}, "status"),
+        ("/api/alerts", {"cluster": GEN, "state": "maybe"}, "state"),
+        ("/api/gpu-aggregation/hourly", {"cluster": GEN, "groupBy": "colour"}, "groupBy"),
+        ("/api/gpu-aggregation/hourly", {"cluster": GEN, "start": "2024-01-02", "end": "2024-01-01"}, "end"),
+    ],
+)
+def test_a_bad_parameter_is_a_400_that_names_it(demo: Demo, path: str, params: dict, named: str) -> None:
+    response = demo.http.get(path, params=params)
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert named in body["error"] and [p["name"] for p in body["parameters"]] == [named], body
+
+
+def test_the_token_is_required_where_configured_and_openapi_lists_every_route(demo: Demo) -> None:
+    refused = httpx.get(f"{demo.base}/api/clusters")
+    assert refused.status_code == 401 and "token" in refused.json()["error"]
+    wrong = httpx.get(f"{demo.base}/api/clusters", headers={"Authorization": "Bearer guess"})
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(f"{demo.base}/healthz").status_code == 200
+    document = httpx.get(f"{demo.base}/openapi.json").json()
+    paths = set(document["paths"])
+    responses = document["paths"]["/api/nodes"]["get"]["responses"]
+    assert {"200", "400", "401"} <= responses.keys() and "422" not in responses, responses
+    assert responses["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Paged_Node_"
+    }
+    assert {
+        "/api/clusters",
+        "/api/clusters/{cluster}/overview",
+        "/api/clusters/{cluster}/consumers",
+        "/api/clusters/{cluster}/gpuHeatmap",
+        "/api/nodes",
+        "/api/nodes/{name}",
+        "/api/nodes/{name}/gpuDevices",
+        "/api/nodes/{name}/gpuMetrics",
+        "/api/nodes/{name}/workloads",
+        "/api/nodes/{name}/workloadsHistory",
+        "/api/nodes/{name}/gpuAllocation",
+        "/api/nodes/{name}/gpuUtilizationHistory",
+        "/api/workloads",
+        "/api/workloads/{uid}",
+        "/api/workloads/{uid}/hierarchy",
+        "/api/workloads/{uid}/metrics",
+        "/api/workloads/{uid}/pods",
+        "/api/alerts",
+        "/api/pending",
+        "/api/gpu-aggregation/hourly",
+    } <= paths
+    assert httpx.get(f"{demo.base}/").status_code == 200, "the console's mount point serves its index"
+
+
+def test_the_reader_runs_every_statement_read_only(demo: Demo) -> None:
+    reader = open_reader(demo.settings.clickhouse, timeout_s=10)
+    try:
+        assert reader.rows("SELECT getSetting('readonly') AS level", {}) == [{"level": READ_ONLY}]
+        with pytest.raises(ClickHouseError) as refused:
+            reader.rows("CREATE TABLE api_write_probe (id UInt8) ENGINE = Memory", {})
+        assert refused.value.code == 164, refused.value  # READONLY
+    finally:
+        reader.close()
+    assert demo.sql("EXISTS TABLE api_write_probe") == [(0,)]
+    # what that level refuses: every write and every DDL, with ClickHouse's READONLY
+    writer = get_client(demo.settings.clickhouse, database="default")
+    client = get_client(demo.settings.clickhouse, database="default", query_settings={"readonly": READ_ONLY})
+    try:
+        writer.command("CREATE TABLE api_write_target (id UInt8) ENGINE = MergeTree ORDER BY id")
+        for statement in (
+            "CREATE TABLE api_write_probe (id UInt8) ENGINE = Memory",
+            "INSERT INTO api_write_target VALUES (1)",
+            "INSERT INTO api_write_target SELECT 2",
+            "ALTER TABLE api_write_target DELETE WHERE 1",
+            "DROP TABLE api_write_target",
+        ):
+            with pytest.raises(DatabaseError) as refused:
+                client.command(statement)
+            assert "READONLY" in str(refused.value), statement
+        assert writer.command("SELECT count() FROM api_write_target") == 0
+    finally:
+        writer.command("DROP TABLE IF EXISTS api_write_target")
+        client.close()
+        writer.close()
+
+
+def test_a_taken_port_is_one_clear_error_and_sigterm_stops_the_api(demo: Demo, spawned) -> None:
+    taken = subprocess.run(gpulens(demo.config, "api"), capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 1 and "is the port taken" in taken.stderr, taken.stderr
+    port = free_port()
+    api = subprocess.Popen(gpulens(demo.config, "api", "--port", str(port)), stderr=subprocess.DEVNULL)
+    spawned.append(api)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            assert api.poll() is None and time.monotonic() < deadline, "the second API did not answer"
+            time.sleep(0.2)
+    api.terminate()
+    assert api.wait(30) == 0
