@@ -11,18 +11,13 @@ generates them (:mod:`bench.simulate_cost` runs it beside the simulator). SIGTER
 
 from __future__ import annotations
 
-import argparse
-import signal
-import threading
 import time
-from datetime import UTC, datetime
-from pathlib import Path
-from types import FrameType
 
 from confluent_kafka import Producer
 
+from bench.e2e_simulator import fleet_arguments, fleet_spec, stop_on_signals
 from gpulens.config import load_settings
-from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
+from gpulens.producers.simulate import ClusterSimulation
 from gpulens.producers.simulate.batch_writing import SampleBatchWriter
 from gpulens.producers.simulate.rounds import SampleRound
 from gpulens.schemas.model.topics import GPU_SAMPLES
@@ -30,27 +25,14 @@ from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--interval", type=float, default=2.0)
-    parser.add_argument("--duration", type=float, required=True)
-    parser.add_argument("--start-ms", type=int, required=True)
-    parser.add_argument("--cluster", required=True)
-    args = parser.parse_args()
+    args = fleet_arguments(__doc__.splitlines()[0]).parse_args()
 
     settings = load_settings(args.config)
     codec = AvroCodec(registry_client(settings.registry.url))
     writer = SampleBatchWriter(codec.schema_id(GPU_SAMPLES))
-    spec = SimulationSpec(
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        interval_s=args.interval,
-        start=datetime.fromtimestamp(args.start_ms / 1000, UTC),
-        cluster=args.cluster,
+    first = next(
+        item for _, item in ClusterSimulation(fleet_spec(args)).stream() if isinstance(item, SampleRound)
     )
-    first = next(item for _, item in ClusterSimulation(spec).stream() if isinstance(item, SampleRound))
     records = list(zip(*writer.write(first), strict=True))
     producer = Producer(
         settings.kafka.librdkafka(
@@ -62,12 +44,7 @@ def main() -> None:
             }
         )
     )
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
+    stop = stop_on_signals()
     tick = 0
     while tick * args.interval < args.duration:
         wait = args.start_ms / 1000 + tick * args.interval - time.time()

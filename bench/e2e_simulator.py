@@ -80,8 +80,9 @@ class PrimedSimulation(ClusterSimulation):
                 self.late_ms.append((at, round(time.time() * 1000) - at, samples))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fleet_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of a process that publishes a simulated fleet from an exact start."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--gpus-per-node", type=int, default=8)
@@ -92,6 +93,36 @@ def main() -> None:
     )
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def fleet_spec(args: argparse.Namespace) -> SimulationSpec:
+    """The simulation :func:`fleet_arguments` asked for."""
+    return SimulationSpec(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        interval_s=args.interval,
+        start=datetime.fromtimestamp(args.start_ms / 1000, UTC),
+        duration_s=args.duration,
+        cluster=args.cluster,
+        seed=args.seed,
+    )
+
+
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set instead of ending the process."""
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return stop
+
+
+def main() -> None:
+    parser = fleet_arguments(__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
         "--records", action="store_true", help="Build and encode each sample batch as a record (slower)."
@@ -102,22 +133,8 @@ def main() -> None:
     codec = AvroCodec(registry_client(settings.registry.url))
     publisher = CountingPublisher(settings.kafka, codec)
     writer = None if args.records else SampleBatchWriter(codec.schema_id(GPU_SAMPLES))
-    spec = SimulationSpec(
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        interval_s=args.interval,
-        start=datetime.fromtimestamp(args.start_ms / 1000, UTC),
-        duration_s=args.duration,
-        cluster=args.cluster,
-        seed=args.seed,
-    )
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    spec = fleet_spec(args)
+    stop = stop_on_signals()
     began = time.time()
     simulation = PrimedSimulation(spec)
     simulation.prime()
