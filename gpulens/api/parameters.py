@@ -37,8 +37,7 @@ __all__ = [
     "page",
     "paged",
     "reader",
-    "series",
-    "series_range",
+    "series_answer",
     "time_range",
     "utc",
 ]
@@ -174,6 +173,22 @@ def series_range(
             chosen.step,
         )
     return TimeRange(start, end)
+
+
+def series_answer(
+    query: str,
+    chosen: SeriesRequest,
+    reader: Reader,
+    settings: ApiSettings,
+    *,
+    cluster: str,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """A time-series answer: ``query`` per ``step`` over ``chosen``'s range made whole
+    (:func:`series_range`), for ``cluster`` (and ``node``, when given)."""
+    span = series_range(chosen, reader, settings, cluster=cluster, node=node)
+    params = {"cluster": cluster, "node": node, "start": span.start, "end": span.end, "step": chosen.step}
+    return {"start": span.start, "end": span.end, "step": chosen.step, "data": reader.rows(query, params)}
 
 
 Db = Annotated[Reader, Depends(reader)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path
 
 from gpulens.api import queries
 from gpulens.api.models import Cluster, Consumer, HeatmapCell, Listing, Overview, Paged, Series
-from gpulens.api.parameters import AsOf, Db, Paging, SeriesAsked, Settings, at, paged, series_range
+from gpulens.api.parameters import AsOf, Db, Paging, SeriesAsked, Settings, at, paged, series_answer
 from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF
 
 router = APIRouter(prefix="/clusters", tags=["clusters"])
@@ -71,11 +71,4 @@ def gpu_heatmap(
 ) -> dict[str, Any]:
     """Mean utilization per node, GPU and ``step`` over ``[start, end)`` (default: the hour
     before the cluster's newest sample)."""
-    span = series_range(chosen, db, settings, cluster=cluster)
-    params = {"cluster": cluster, "node": None, "start": span.start, "end": span.end, "step": chosen.step}
-    return {
-        "start": span.start,
-        "end": span.end,
-        "step": chosen.step,
-        "data": db.rows(queries.GPU_HEATMAP, params),
-    }
+    return series_answer(queries.GPU_HEATMAP, chosen, db, settings, cluster=cluster)

@@ -31,7 +31,7 @@ from gpulens.api.parameters import (
     Span,
     at,
     paged,
-    series_range,
+    series_answer,
 )
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
@@ -83,14 +83,7 @@ def gpu_metrics(
 ) -> dict[str, Any]:
     """Per GPU and ``step``: mean utilization, memory used, power, junction temperature over
     ``[start, end)`` (default: the hour before the node's newest sample)."""
-    span = series_range(chosen, db, settings, cluster=cluster, node=name)
-    params = {"cluster": cluster, "node": name, "start": span.start, "end": span.end, "step": chosen.step}
-    return {
-        "start": span.start,
-        "end": span.end,
-        "step": chosen.step,
-        "data": db.rows(queries.GPU_METRICS, params),
-    }
+    return series_answer(queries.GPU_METRICS, chosen, db, settings, cluster=cluster, node=name)
 
 
 @router.get("/{name}/gpuUtilizationHistory", response_model=Series[UtilizationPoint])
@@ -102,10 +95,7 @@ def gpu_utilization_history(
     chosen: SeriesAsked,
 ) -> dict[str, Any]:
     """The node's mean GPU utilization per ``step`` over ``[start, end)``."""
-    span = series_range(chosen, db, settings, cluster=cluster, node=name)
-    params = {"cluster": cluster, "node": name, "start": span.start, "end": span.end, "step": chosen.step}
-    rows = db.rows(queries.UTILIZATION_HISTORY, params)
-    return {"start": span.start, "end": span.end, "step": chosen.step, "data": rows}
+    return series_answer(queries.UTILIZATION_HISTORY, chosen, db, settings, cluster=cluster, node=name)
 
 
 @router.get("/{name}/workloads", response_model=Listing[NodeWorkload])
