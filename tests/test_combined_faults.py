@@ -50,7 +50,12 @@ from gpulens.schemas.model.topics import DLQ
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 SPEED = "200000"
 """The trace's five months in about a minute: the faults hit it while it flows."""
-STALL_S = 30.0
+STALL_S = 15.0
+"""Three of the worker's per-call timeouts (5 s): its transactional calls time out and are
+repeated while the broker is stopped."""
+HANGING_S = 20.0
+"""The worker's ``--hanging-transaction``: a transaction the restarted broker forgot is aborted
+after this long instead of the default 75 s (the same code path, a shorter wait)."""
 MAX_RESTARTS = {WORKER: 2, SINK: 1, EXPORTER: 1}
 """Per process: its kill, and nothing after it; the worker may also exit once after the
 broker's SIGKILL (its producer's fatal out-of-sequence error, or a transactional call wedged
@@ -105,9 +110,9 @@ def own_platform(clickhouse_disk: Disk, own_platform):
 
 def _specs(settings: GPULensSettings, config, sink_metrics: int) -> list[ServiceSpec]:
     specs = pipeline_specs(settings, config)
-    worker = ServiceSpec(
-        WORKER, gpulens(config, "worker", "--window", "3600", "--no-nodes", "--processors", "allocation")
-    )
+    allocation = ["--window", "3600", "--no-nodes", "--processors", "allocation"]
+    hanging = ["--hanging-transaction", str(HANGING_S)]
+    worker = ServiceSpec(WORKER, gpulens(config, "worker", *allocation, *hanging))
     sink = ServiceSpec(SINK, [*specs[SINK].argv, "--metrics-port", str(sink_metrics)])
     return [worker, sink, specs[EXPORTER]]
 
@@ -170,7 +175,7 @@ def test_every_fault_in_turn_leaves_clickhouse_equal_to_the_trace(
         before = stored("")
         _kill_broker(settings, config, services)
         # through the restarted broker before any other fault: a transaction it forgot holds
-        # the sink back until the worker aborts it (75 s held back, checked every 10 s)
+        # the sink back until the worker aborts it (HANGING_S held back, checked every 10 s)
         wait(lambda: stored("") > before, 150, "rows published after the broker's restart")
         for name in (SINK, WORKER, EXPORTER):
             _kill(services, name)

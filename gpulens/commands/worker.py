@@ -55,6 +55,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--hold", setting="hold_records", type=click.IntRange(min=1))
 @_option("--max-ahead", setting="max_ahead_s", type=click.FloatRange(min=1.0))
 @_option("--max-behind", setting="max_behind_s", type=click.FloatRange(min=0.0))
+@_option("--hanging-transaction", setting="hanging_transaction_s", type=click.FloatRange(min=10.0))
 @_option("--shard", setting="shard", type=ShardType())
 @_option("--metrics-port", setting="metrics_port", type=click.IntRange(1, 65535))
 @_option("--metrics-host", setting="metrics_host")
@@ -136,7 +137,7 @@ def worker(context: Context, /, **_flags: object) -> None:
         shard=pipeline.shard,
         # Only the embedded noida-db forgets open transactions (gpulens.pipeline.hanging_transactions);
         # elsewhere the broker's coordinator aborts them, and raw requests are not ours to send.
-        hanging_transaction_s=75.0 if settings.platform.broker == "noida" else None,
+        hanging_transaction_s=pipeline.hanging_transaction_s if settings.platform.broker == "noida" else None,
         bounds=EventTimeBounds(
             max_ahead_ms=round(pipeline.max_ahead_s * 1000), max_behind_ms=round(pipeline.max_behind_s * 1000)
         ),

@@ -45,7 +45,8 @@ CALL_TIMEOUT_S = 5.0
 """Each transactional call's own timeout: a call timed out is repeated (it resumes where it
 was), so this bounds only how long a stop waits for the broker, not how long a commit may take."""
 WEDGED_S = 60.0
-"""A transactional call still blocked this long ignored its timeout: librdkafka's
+"""A transactional call still blocked this long (or for 80 % of the worker's
+``hanging_transaction_s``, when that is shorter) ignored its timeout: librdkafka's
 ``send_offsets_to_transaction`` can wait forever for a group coordinator (librdkafka#5456; seen
 after a SIGKILL and restart of noida-db). Nothing in the process can end that call, and SIGTERM
 is no longer honoured, so the process exits (code :data:`WEDGED_EXIT`): a restart fences the
@@ -98,12 +99,15 @@ class Checkpoint:
         *,
         group_id: str,
         parts: dict[str, Stateful],
-        abort_forgotten: bool = True,
+        hanging_transaction_s: float | None = None,
     ) -> None:
         self._kafka, self._producer, self._consumer = kafka, producer, consumer
         self._parts = parts
-        self._abort_forgotten = abort_forgotten
+        self._abort_forgotten = hanging_transaction_s is not None
         """Abort transactions still open on the state logs at restore (a broker that forgets them)."""
+        self._wedged_s = min(WEDGED_S, 0.8 * (hanging_transaction_s or WEDGED_S))
+        """Below the reaper's ``hanging_transaction_s``: this worker exits before its own open
+        transaction counts as forgotten."""
         self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
         self._admin = AdminClient(kafka.librdkafka())
         """Cuts the state logs behind their newest committed snapshots."""
@@ -183,7 +187,8 @@ class Checkpoint:
 
     def _transactional(self, call: Callable[[], None], operation: str, stop: threading.Event | None) -> None:
         try:
-            retry_transient(_watched(call, operation), operation=operation, stop=stop, transient=_retriable)
+            watched = _watched(call, operation, self._wedged_s)
+            retry_transient(watched, operation=operation, stop=stop, transient=_retriable)
         except KafkaException as err:
             _raise_if_failed_producer(err, operation)
             error: KafkaError = err.args[0]
@@ -194,16 +199,16 @@ class Checkpoint:
             raise CycleAborted(f"{operation}: {error.str()}; the cycle was aborted") from err
 
 
-def _watched(call: Callable[[], None], operation: str) -> Callable[[], None]:
-    """``call``, ending the process when it blocks past :data:`WEDGED_S`."""
+def _watched(call: Callable[[], None], operation: str, wedged_s: float) -> Callable[[], None]:
+    """``call``, ending the process when it blocks past ``wedged_s`` (see :data:`WEDGED_S`)."""
 
     def wedged() -> None:
-        log.critical("%s blocked for %.0f s past its timeout: exiting to be restarted", operation, WEDGED_S)
+        log.critical("%s blocked for %.0f s past its timeout: exiting to be restarted", operation, wedged_s)
         logging.shutdown()
         os._exit(WEDGED_EXIT)
 
     def watched() -> None:
-        watchdog = threading.Timer(WEDGED_S, wedged)
+        watchdog = threading.Timer(wedged_s, wedged)
         watchdog.daemon = True
         watchdog.start()
         try:

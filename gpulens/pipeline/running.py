@@ -211,7 +211,7 @@ class StreamWorker:
             self._consumer,
             group_id=options.group_id,
             parts=parts | {"positions": self._positions, "clocks": self._clocks},
-            abort_forgotten=options.hanging_transaction_s is not None,
+            hanging_transaction_s=options.hanging_transaction_s,
         )
         self._reaper = HangingTransactionReaper(
             kafka, options.group_id, after_s=options.hanging_transaction_s

@@ -100,6 +100,14 @@ class PipelineSettings(BaseModel):
         "what its cluster already processed, instead of applying it late; 0: no horizon. Records "
         "before 2000-01-01 always are.",
     )
+    hanging_transaction_s: float = Field(
+        default=75.0,
+        ge=10.0,
+        description="Embedded broker (noida-db) only: abort a transaction left open this long on a topic "
+        "the worker writes, the broker answering all along (noida-db forgets open transactions when "
+        "killed, and they hold every read_committed reader back). A real Kafka's coordinator aborts "
+        "them itself (transaction.timeout.ms).",
+    )
     shard: Annotated[Shard, NoDecode] = Field(
         default=UNSHARDED,
         description="Run N workers as 0/N .. N-1/N: shard I keeps the clusters whose name hashes to I "
