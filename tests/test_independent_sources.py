@@ -3,7 +3,7 @@
 Each part of a replayed trace runs as a process of its own (as a cluster's node watcher, pod
 watcher and node agents publish independently), started 0-5 s apart at random. The worker's
 event time comes from the parts' watermarks, so the windows and alerts must equal the
-oracles computed straight from the CSVs every time, also with a CPU hog beside it, and no
+oracles computed straight from the CSVs every time, with a CPU hog beside it, and no
 state record may be dead-lettered as late.
 """
 
@@ -186,12 +186,11 @@ def run_independent_replays(platform, codec, config: Path, unique: str, spawned,
 # worker of a new group on the session's platform would otherwise read first.
 
 
-def test_five_independent_replays_give_the_oracles_rows(own_platform, own_codec, unique, spawned, traces):
-    settings, config = own_platform
-    run_independent_replays(settings, own_codec, config, unique, spawned, 5, traces)
-
-
-def test_the_same_with_a_cpu_hog_beside_the_pipeline(own_platform, own_codec, unique, spawned, traces):
+def test_three_independent_replays_beside_a_cpu_hog_give_the_oracles_rows(
+    own_platform, own_codec, unique, spawned, traces
+):
+    """Fifteen producer processes of six clusters, their starts skewed at random, and a process
+    spinning on one of the two cores: the windows and alerts are still the oracles'."""
     spawned.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
     settings, config = own_platform
-    run_independent_replays(settings, own_codec, config, unique, spawned, 1, traces)
+    run_independent_replays(settings, own_codec, config, unique, spawned, 3, traces)
