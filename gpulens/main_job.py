@@ -111,9 +111,11 @@ def start_pipeline(
     """Start the supervisor, and wait until it has every pipeline process running."""
     status, started = services.start(supervisor_spec(config_file, watch=watch))
     echo(f"  {SUPERVISOR:<11} {'started' if started else 'already running':<16} pid {status.pid}")
-    for name in pipeline_specs(settings, config_file, watch=watch):
+    for name, spec in pipeline_specs(settings, config_file, watch=watch).items():
         wait_for(
-            lambda name=name: services.status(name).state is State.RUNNING,  # type: ignore[misc]
+            lambda name=name, spec=spec: (  # type: ignore[misc]
+                services.status(name).state is State.RUNNING and services.answers(spec)
+            ),
             timeout=180,
             what=f"the supervisor to start {name} (see {services.log_path(SUPERVISOR)})",
         )
@@ -166,7 +168,7 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
     while not condition():
         if time.monotonic() > deadline:
             raise click.ClickException(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(1.0)
+        time.sleep(0.1)
 
 
 DRAIN_TIMEOUT_S = 600

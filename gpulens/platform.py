@@ -20,8 +20,10 @@ from gpulens.schemas.model.exceptions import ConfigError, GPULensError
 log = logging.getLogger(__name__)
 
 BROKER, REGISTRY, CLICKHOUSE = "kafka", "registry", "clickhouse"
-ORDER = (BROKER, REGISTRY, CLICKHOUSE)
-"""Start order; stop runs it backwards (the registry needs the broker)."""
+STAGES = ((BROKER,), (REGISTRY, CLICKHOUSE))
+"""Start order: the registry needs the broker; the ClickHouse engine starts beside it."""
+ORDER = tuple(name for stage in STAGES for name in stage)
+"""Listing order; stop runs it backwards."""
 LOG_ROTATION = LogRotation(max_bytes=50_000_000, backups=2)
 """Bounds of the platform services' logs: those the supervisor keeps for the gpulens processes."""
 
@@ -153,21 +155,22 @@ def start_platform(
     timeout: float,
     report: Callable[[str, Status | None, bool], None] = lambda _name, _status, _started: None,
 ) -> None:
-    """Start ``specs`` in :data:`ORDER`, each unless it runs already; ``report(name, status,
+    """Start ``specs`` by :data:`STAGES`, each unless it runs already; ``report(name, status,
     started_now)`` hears of each (status None: external). When one fails, the ones started by
     this call are stopped again (last first) before the error is raised: a failed start leaves
     nothing behind that was not running before."""
     started: list[str] = []
     try:
-        for name in ORDER:
-            spec = specs.get(name)
-            if spec is None:
-                report(name, None, False)
-                continue
-            status, now = services.start(spec, timeout=timeout)
-            if now:
-                started.append(name)
-            report(name, status, now)
+        for stage in STAGES:
+            ours = [specs[name] for name in stage if name in specs]
+            outcomes = dict(
+                zip([spec.name for spec in ours], services.start_many(ours, timeout=timeout), strict=True)
+            )
+            for name in stage:
+                status, now = outcomes.get(name, (None, False))
+                if now:
+                    started.append(name)
+                report(name, status, now)
     except GPULensError:
         for name in reversed(started):
             log.warning("%s: stopping it again, the platform did not start", name)

@@ -128,9 +128,27 @@ class ServiceManager:
 
     def start(self, spec: ServiceSpec, *, timeout: float = 60.0) -> tuple[Status, bool]:
         """Start ``spec`` unless it already runs; (status, whether it was started now)."""
-        current = self.status(spec.name)
-        if current.state is State.RUNNING:
-            return current, False
+        return self.start_many([spec], timeout=timeout)[0]
+
+    def start_many(self, specs: Sequence[ServiceSpec], *, timeout: float = 60.0) -> list[tuple[Status, bool]]:
+        """:meth:`start` for each of ``specs``, all launched before any is waited for: their
+        start-up times overlap instead of adding up. A failed one stops the ones launched with it."""
+        launched: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+        try:
+            for spec in specs:
+                if self.status(spec.name).state is not State.RUNNING:
+                    launched[spec.name] = self._launch(spec), time.monotonic()
+            for spec in specs:
+                if spec.name in launched:
+                    self._await_ready(spec, *launched[spec.name], timeout=timeout)
+        except LaunchError:
+            for name in launched:
+                self.stop(name)
+            raise
+        return [(self.status(spec.name), spec.name in launched) for spec in specs]
+
+    def _launch(self, spec: ServiceSpec) -> subprocess.Popen[bytes]:
+        """The service's process, running and recorded in its pid file."""
         executable = Path(spec.argv[0])
         if not executable.exists():
             raise LaunchError(f"{spec.name}: {executable} is missing; run `make install` to install it")
@@ -165,7 +183,13 @@ class ServiceManager:
             process.wait()
             _CHILDREN.pop(process.pid, None)
             raise LaunchError(f"{spec.name}: cannot write its pid file: {err}") from err
-        started = time.monotonic()
+        return process
+
+    def _await_ready(
+        self, spec: ServiceSpec, process: subprocess.Popen[bytes], started: float, *, timeout: float
+    ) -> None:
+        """Wait until the launched ``process`` of ``spec`` is ready; an error if it exits first
+        or takes longer than ``timeout`` seconds from its launch."""
         deadline = started + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -178,7 +202,7 @@ class ServiceManager:
                 )
             if self._ready(spec, started):
                 log.info("%s ready (pid %d)", spec.name, process.pid)
-                return self.status(spec.name), True
+                return
             time.sleep(0.05)
         self.stop(spec.name)
         raise LaunchError(
@@ -205,10 +229,16 @@ class ServiceManager:
 
     @staticmethod
     def _ready(spec: ServiceSpec, started: float) -> bool:
-        if spec.port is not None and not port_open(spec.host, spec.port):
-            return False
         if spec.port is None and spec.ready is None:
             return time.monotonic() - started >= PORTLESS_GRACE_S
+        return ServiceManager.answers(spec)
+
+    @staticmethod
+    def answers(spec: ServiceSpec) -> bool:
+        """Whether ``spec``'s service answers: its port open and its readiness check passed
+        (true for a service that serves nothing)."""
+        if spec.port is not None and not port_open(spec.host, spec.port):
+            return False
         return spec.ready is None or spec.ready()
 
     def stop(self, name: str, *, stall_s: float = 30.0, report_every_s: float = 5.0) -> bool:

@@ -87,10 +87,12 @@ class Supervisor:
         return self._services.state_dir / "run" / "restarts.json"
 
     def start_all(self) -> None:
-        """Start every service that does not run yet (a running one is adopted as it is)."""
+        """Start every service that does not run yet, all at once (a running one is adopted as
+        it is)."""
+        self._services.start_many(self._specs, timeout=self._start_timeout_s)
+        now = self._clock()
         for spec in self._specs:
-            self._services.start(spec, timeout=self._start_timeout_s)
-            self._started[spec.name] = self._clock()
+            self._started[spec.name] = now
 
     def check(self) -> list[Restart]:
         """Restart the services that are gone and whose backoff has passed; returns them."""
