@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -176,11 +175,15 @@ def pod_ends(platform) -> list[TopicPartition]:
     "offsets_lost", [False, True], ids=["offsets-committed", "offset-commit-not-visible-at-restart"]
 )
 def test_state_topics_hold_every_change_once_across_a_kill_and_restart(
-    platform, codec: AvroCodec, config_file: Path, unique: str, spawned, offsets_lost: bool
+    own_platform, own_codec: AvroCodec, unique: str, spawned, offsets_lost: bool
 ) -> None:
     """With ``offsets_lost`` the group's pod offsets are put back to before the test's records,
     as if the killed worker's last offset commit were not visible yet when it restarted: the
-    restarted worker processes them again and must recognise their rows as published."""
+    restarted worker processes them again and must recognise their rows as published. On a
+    platform of its own: the worker and the state reads see only this test's records, not the
+    session's."""
+    platform, config_file = own_platform
+    codec = own_codec
     cluster = f"state-{unique}"
     command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "worker"]
     command += ["--processors", "state", "--group", f"s-{unique}", "--idle-ms", "300"]
