@@ -74,6 +74,21 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+def wait_answering(base: str, api: subprocess.Popen[bytes], log: Path | None = None) -> None:
+    """Until the `gpulens api` process ``api`` answers /healthz at ``base`` (60 s at most; if it
+    exits first, its ``log`` says why)."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert api.poll() is None, log.read_text() if log else f"the API exited with {api.returncode}"
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the API did not answer within 60 s"
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     directory = tmp_path_factory.mktemp("api")
@@ -109,16 +124,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
                 )
             processes.append(api)
             base = f"http://{settings.api.host}:{settings.api.port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert api.poll() is None, (directory / "api.log").read_text()
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the API did not answer within 60 s"
-                time.sleep(0.2)
+            wait_answering(base, api, directory / "api.log")
             headers = {"Authorization": f"Bearer {TOKEN}"}
             with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
                 yield Demo(settings, http, base, duty_csv, config)

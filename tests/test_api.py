@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import csv
 import subprocess
-import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from api_demo import ALI, GEN, Demo, busiest_window_end, gpulens, instant, rfc3339, utc
+from api_demo import ALI, GEN, Demo, busiest_window_end, gpulens, instant, rfc3339, utc, wait_answering
 from clickhouse_connect.driver.exceptions import DatabaseError
 
 from gpulens.api.reading import READ_ONLY, open_reader
@@ -548,13 +547,6 @@ def test_a_taken_port_is_one_clear_error_and_sigterm_stops_the_api(demo: Demo, s
     port = free_port()
     api = subprocess.Popen(gpulens(demo.config, "api", "--port", str(port)), stderr=subprocess.DEVNULL)
     spawned.append(api)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            assert api.poll() is None and time.monotonic() < deadline, "the second API did not answer"
-            time.sleep(0.2)
+    wait_answering(f"http://127.0.0.1:{port}", api)
     api.terminate()
     assert api.wait(30) == 0

@@ -1,8 +1,9 @@
 """The web console in a real browser: Debian's headless chromium, driven by Playwright, loads
 the console from `gpulens api` on the session's demo data (tests/api_demo.py) and each view
 shows what the API answers; the "as of" picker moves it to the past; a wrong token says 401;
-and no view logs an error. The overview's screenshot is the README's (GPULENS_SCREENSHOT=PATH
-saves it there: docs/console.png).
+ClickHouse cut off from a second API says so until it is back; and no view logs an error. The
+overview's screenshot is the README's (GPULENS_SCREENSHOT=PATH saves it there:
+docs/console.png).
 
 Playwright drives the system's chromium by its path: nothing is downloaded at run time, and the
 test is skipped, saying why, where no chromium is installed.
@@ -10,17 +11,24 @@ test is skipped, saying why, where no chromium is installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
+import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
-from api_demo import ALI, GEN, TOKEN, Demo, busiest_window_end, rfc3339, utc
+from api_demo import ALI, GEN, TOKEN, Demo, busiest_window_end, gpulens, rfc3339, utc, wait_answering
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
+
+from gpulens.platform import free_port
 
 WAIT_MS = 30_000
 """How long an assertion waits for the page (two shared cores, ClickHouse behind the API)."""
@@ -207,3 +215,84 @@ def test_a_wrong_token_says_401_and_the_right_one_shows_the_console(browser: Bro
         assert console.errors and all("401" in error for error in console.errors), console.errors
     finally:
         context.close()
+
+
+class Relay:
+    """A TCP relay to ``target`` on a port of its own, which the test cuts and mends: ClickHouse
+    goes away for a process that talks to it through the relay, and for no one else (the
+    session's data and its API stay up)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._open: list[socket.socket] = []
+        self.mend()
+
+    def mend(self) -> None:
+        """Listen again (on the same port) and relay every connection."""
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Refuse new connections and break the open ones, as a ClickHouse that went away."""
+        assert self._listener is not None
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes its accept()
+        self._listener.close()
+        for connection in self._open:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+        self._open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                server = socket.create_connection(self.target)
+            except OSError:
+                return  # cut
+            self._open += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65_536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_clickhouse_away_says_so_and_the_console_comes_back_when_it_returns(
+    browser: Browser, demo: Demo, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    url = urlparse(demo.settings.clickhouse.url)
+    relay = Relay((url.hostname or "127.0.0.1", url.port or 8123))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
+    env["GPULENS_CLICKHOUSE__URL"] = f"http://127.0.0.1:{relay.port}"
+    api = subprocess.Popen(
+        gpulens(demo.config, "api", "--port", str(port)), env=env, stderr=subprocess.DEVNULL
+    )  # no token: the console asks without one
+    spawned.append(api)
+    try:
+        wait_answering(f"http://127.0.0.1:{port}", api)
+        console, context = _console(browser, demo, "")
+        console.base = f"http://127.0.0.1:{port}"
+        console.open(f"#/overview?cluster={GEN}")
+        page = console.page
+        expect(page.get_by_test_id("overview")).to_be_visible()
+        relay.cut()
+        expect(page.locator("#problem")).to_have_text("ClickHouse unavailable, retrying")
+        expect(page.get_by_test_id("overview")).to_be_visible()  # what was shown stays
+        relay.mend()
+        expect(page.locator("#problem")).to_be_hidden()
+        expect(page.locator("#refreshed")).to_contain_text("live, refreshed")
+        # the browser logs each request answered 503; nothing else may be logged
+        assert console.errors and all("503" in error for error in console.errors), console.errors
+        context.close()
+    finally:
+        relay.cut()

@@ -2,9 +2,9 @@
 //
 // Every view is a module exporting render(ctx) -> element, where ctx holds the cluster, asOf
 // ("" = live), the address's argument and refresh() (render again, e.g. on a filter's change);
-// it asks the API itself (js/api.js). While "as of" is
-// live the view is asked again every REFRESH_MS; when ClickHouse is unavailable (503), or the
-// API does not answer at all, it is asked again every RETRY_MS, whatever the instant.
+// it asks the API itself (js/api.js). While "as of" is live the view is asked again every
+// REFRESH_MS; when ClickHouse is unavailable (503), or the API does not answer at all, it is
+// asked again every RETRY_MS, whatever the instant, and what was shown stays meanwhile.
 
 import { ApiError, get, saveToken, token } from "./api.js";
 import { current, go, href } from "./route.js";
@@ -81,7 +81,7 @@ async function render() {
   } catch (err) {
     if (mine !== generation) return;
     problem(explain(err));
-    if (err instanceof ApiError && [0, 503].includes(err.status)) retry = RETRY_MS; // keep what was shown
+    if (err instanceof ApiError && [0, 503].includes(err.status)) retry = RETRY_MS;
     else $("view").replaceChildren();
   }
   if (!state.asOf) retry ??= REFRESH_MS;

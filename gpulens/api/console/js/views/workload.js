@@ -21,6 +21,7 @@ function chart(windows) {
     windows.map((w) => w.gpus_allocated_avg),
   ];
   const options = {
+    tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1000), "Etc/UTC"), // times in UTC, as elsewhere
     width: Math.min(1000, Math.max(400, document.body.clientWidth - 60)),
     height: 260,
     series: [
@@ -31,8 +32,7 @@ function chart(windows) {
     axes: [{}, { scale: "%", label: "utilization %" }, { scale: "gpus", side: 1, label: "GPUs", grid: { show: false } }],
     scales: { "%": { range: [0, 100] } },
   };
-  // uPlot measures its container: draw once the element is in the page
-  requestAnimationFrame(() => new uPlot(options, data, holder));
+  new uPlot(options, data, holder);
   return holder;
 }
 
