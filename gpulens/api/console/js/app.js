@@ -49,7 +49,8 @@ async function clusters(state) {
   const select = $("cluster");
   select.replaceChildren(...data.map((c) => new Option(`${c.name} (${c.nodes} nodes)`, c.name)));
   if (!data.length) return "";
-  const chosen = data.some((c) => c.name === state.cluster) ? state.cluster : data[0].name;
+  const largest = data.reduce((a, b) => (b.gpu_capacity > a.gpu_capacity ? b : a)); // the default
+  const chosen = data.some((c) => c.name === state.cluster) ? state.cluster : largest.name;
   select.value = chosen;
   return chosen;
 }

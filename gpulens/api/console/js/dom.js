@@ -21,6 +21,12 @@ export function num(value, digits = 1) {
   return value === null || value === undefined ? dash : value.toFixed(digits);
 }
 
+/** A count of GPUs: whole, or to two decimals (pods may hold a share of one). */
+export function gpus(value) {
+  if (value === null || value === undefined) return dash;
+  return Number.isInteger(value) ? String(value) : value.toFixed(2);
+}
+
 /** A fraction (0..1) as a percentage. */
 export function rate(fraction) {
   return fraction === null || fraction === undefined ? dash : `${(fraction * 100).toFixed(1)} %`;

@@ -2,7 +2,7 @@
 // nodes (/overview), with the GPU heatmap below it.
 
 import { get } from "../api.js";
-import { card, h, num, pct, rate, table, when } from "../dom.js";
+import { card, gpus, h, pct, rate, table, when } from "../dom.js";
 import * as heatmap from "./heatmap.js";
 
 export async function render(ctx) {
@@ -20,7 +20,7 @@ export async function render(ctx) {
       "div",
       { class: "cards" },
       card("allocation-rate", "GPU allocation rate (now)", rate(o.now.allocation_rate)),
-      card("gpus-held", "GPUs held / capacity", `${num(o.now.gpus_allocated, 0)} / ${num(o.now.gpu_capacity, 0)}`),
+      card("gpus-held", "GPUs held / capacity", `${gpus(o.now.gpus_allocated)} / ${gpus(o.now.gpu_capacity)}`),
       card("pods", "GPU pods running / pending", `${o.now.pods_running} / ${o.now.pods_pending}`),
       card("utilization", "GPU utilization (window)", pct(nodes.gpu_utilization_avg)),
       card("allocation-window", "allocation rate (window mean)", rate(o.allocation?.allocation_rate_avg)),

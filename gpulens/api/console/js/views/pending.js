@@ -2,7 +2,7 @@
 // GPUs by model when their GpuPodPending alert opened.
 
 import { get } from "../api.js";
-import { age, h, table, when, workloadLink } from "../dom.js";
+import { age, gpus, h, table, when, workloadLink } from "../dom.js";
 
 const byModel = (counts) =>
   counts ? Object.entries(counts).map(([model, n]) => `${model}: ${n}`).join(", ") || "none" : "–";
@@ -19,7 +19,7 @@ export async function render(ctx) {
       [
         ["pod", (p) => `${p.namespace}/${p.name}`],
         ["workload", (p) => workloadLink(p.workload_uid, `${p.workload_kind}/${p.workload_name}`)],
-        ["GPUs", (p) => String(p.gpus_requested), "num"],
+        ["GPUs", (p) => gpus(p.gpus_requested), "num"],
         ["waiting", (p) => age(p.age_s), "num"],
         ["reason", (p) => p.reason || "–"],
         ["free GPUs when alerted", (p) => byModel(p.free_gpus)],

@@ -2,7 +2,7 @@
 // its GPUs held and utilization per window over time (/metrics), charted with uPlot.
 
 import { get } from "../api.js";
-import { h, num, table, when } from "../dom.js";
+import { gpus, h, table, when } from "../dom.js";
 
 function branch(node) {
   const pods = node.pods.map((p) => h("li", {}, `Pod ${p.name}`, h("span", { class: "muted" }, ` ${p.phase}${p.node ? ` on ${p.node}` : ""}`)));
@@ -30,7 +30,7 @@ function chart(windows) {
       { label: "GPUs held (mean)", stroke: "#f59e0b", width: 2, scale: "gpus" },
     ],
     axes: [{}, { scale: "%", label: "utilization %" }, { scale: "gpus", side: 1, label: "GPUs", grid: { show: false } }],
-    scales: { "%": { range: [0, 100] } },
+    scales: { "%": { range: [0, 100] }, gpus: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
   };
   new uPlot(options, data, holder);
   return holder;
@@ -50,7 +50,7 @@ export async function render(ctx) {
     "section",
     { "data-testid": "workload" },
     h("h2", {}, `${w.kind} ${w.namespace}/${w.name}`,
-      h("span", { class: "muted" }, ` · ${w.status}, ${w.pods_running} of ${w.pods} pods hold ${num(w.gpus_held, 0)} GPUs`)),
+      h("span", { class: "muted" }, ` · ${w.status}, ${w.pods_running} of ${w.pods} pods hold ${gpus(w.gpus_held)} GPUs`)),
     h("h2", {}, "Utilization over time (per window)"),
     chart(windows),
     h("h2", {}, "Hierarchy"),
@@ -62,7 +62,7 @@ export async function render(ctx) {
         ["pod", (p) => `${p.namespace}/${p.name}`],
         ["phase", (p) => (p.deleted ? `${p.phase} (deleted)` : p.phase)],
         ["node", (p) => p.node || "–"],
-        ["GPUs", (p) => String(p.gpu_amount), "num"],
+        ["GPUs", (p) => gpus(p.gpu_amount), "num"],
         ["holds GPUs", (p) => (p.holds_gpus ? "yes" : "no")],
         ["created", (p) => when(p.creation_time)],
         ["waiting because", (p) => p.unschedulable_reason || ""],

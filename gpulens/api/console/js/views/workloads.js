@@ -1,7 +1,7 @@
 // Workloads (/workloads) as of the instant, most GPUs held first: the way to a workload's page.
 
 import { get } from "../api.js";
-import { h, num, table, when, workloadLink } from "../dom.js";
+import { gpus, h, table, when, workloadLink } from "../dom.js";
 
 export async function render(ctx) {
   const body = await get("workloads", { cluster: ctx.cluster, asOf: ctx.asOf, pageSize: 100 });
@@ -16,7 +16,7 @@ export async function render(ctx) {
         ["namespace", (w) => w.namespace],
         ["status", (w) => w.status],
         ["pods", (w) => `${w.pods_running} / ${w.pods}`, "num"],
-        ["GPUs held", (w) => num(w.gpus_held, 0), "num"],
+        ["GPUs held", (w) => gpus(w.gpus_held), "num"],
         ["created", (w) => when(w.created)],
       ],
       body.data,
