@@ -66,12 +66,13 @@ class Console:
         return self.page.locator(selector).all_inner_texts()
 
 
-def _console(browser: Browser, demo: Demo, token: str) -> tuple[Console, BrowserContext]:
+def _console(browser: Browser, base: str, token: str) -> tuple[Console, BrowserContext]:
+    """A page of its own (a new browser context) on the console at ``base``, ``token`` stored."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.add_init_script(f"localStorage.setItem('gpulens.token', {json.dumps(token)})")
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
-    console = Console(page, demo.base)
+    console = Console(page, base)
 
     def logged(message: ConsoleMessage) -> None:
         if message.type == "error":
@@ -85,7 +86,7 @@ def _console(browser: Browser, demo: Demo, token: str) -> tuple[Console, Browser
 @pytest.fixture
 def console(browser: Browser, demo: Demo) -> Iterator[Console]:
     """The console with the API's token; at the end, it must have logged no error at all."""
-    shown, context = _console(browser, demo, TOKEN)
+    shown, context = _console(browser, demo.base, TOKEN)
     yield shown
     context.close()
     assert shown.errors == [], shown.errors
@@ -97,10 +98,16 @@ def rate(fraction: float | None) -> str:
 
 
 def test_the_overview_and_heatmap_show_the_apis_numbers(console: Console, demo: Demo) -> None:
+    clusters = demo.get("/api/clusters")["data"]
+    console.open("")
+    page = console.page
+    largest = max(clusters, key=lambda c: c["gpu_capacity"])["name"]
+    expect(page.locator("#cluster")).to_have_value(largest)  # the default: the most GPUs
+    expect(page.locator("#cluster option")).to_have_count(len(clusters))
+
     overview = demo.get(f"/api/clusters/{GEN}/overview")
     heatmap = demo.get(f"/api/clusters/{GEN}/gpuHeatmap", step=300)  # as js/views/heatmap.js asks
-    console.open(f"#/overview?cluster={GEN}")
-    page = console.page
+    page.locator("#cluster").select_option(GEN)
     expect(page.get_by_test_id("allocation-rate")).to_have_text(rate(overview["now"]["allocation_rate"]))
     nodes = overview["nodes"]
     for name, value in (
@@ -124,6 +131,7 @@ def test_the_overview_and_heatmap_show_the_apis_numbers(console: Console, demo: 
 
     shot = Path(os.environ.get("GPULENS_SCREENSHOT") or demo.config.parent / "console.png")
     slider.fill(str(len(times) - 1))
+    slider.blur()
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
 
@@ -199,7 +207,7 @@ def test_pending_pods_and_open_alerts_are_the_apis(console: Console, demo: Demo)
 
 
 def test_a_wrong_token_says_401_and_the_right_one_shows_the_console(browser: Browser, demo: Demo) -> None:
-    console, context = _console(browser, demo, "not-the-token")
+    console, context = _console(browser, demo.base, "not-the-token")
     try:
         console.open(f"#/overview?cluster={GEN}")
         page = console.page
@@ -280,8 +288,7 @@ def test_clickhouse_away_says_so_and_the_console_comes_back_when_it_returns(
     spawned.append(api)
     try:
         wait_answering(f"http://127.0.0.1:{port}", api)
-        console, context = _console(browser, demo, "")
-        console.base = f"http://127.0.0.1:{port}"
+        console, context = _console(browser, f"http://127.0.0.1:{port}", "")
         console.open(f"#/overview?cluster={GEN}")
         page = console.page
         expect(page.get_by_test_id("overview")).to_be_visible()
