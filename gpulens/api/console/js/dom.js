@@ -14,10 +14,10 @@ export function h(tag, attrs = {}, ...children) {
   return node;
 }
 
-export const dash = "–";
+const dash = "–";
 
 /** A number with `digits` decimals, or a dash. */
-export function num(value, digits = 1) {
+export function num(value, digits) {
   return value === null || value === undefined ? dash : value.toFixed(digits);
 }
 
