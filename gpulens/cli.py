@@ -339,6 +339,7 @@ def up(context: Context, with_replay: bool | None, foreground: bool, private_dir
         f"  (OpenAPI: /openapi.json{'; token required' if settings.api.token else ''})\n"
         f"  logs             {settings.platform.state_dir / 'logs'}\n"
         "try:\n" + "\n".join(f'  {gpulens} sql "{q}"' for q in EXAMPLES) + f"\nstop with: {gpulens} down"
+        f"\nconsole: http://{settings.api.host}:{settings.api.port}/  (the web console; open it in a browser)"
     )
     if foreground:
         click.echo("attached: Ctrl-C stops everything")

@@ -19,6 +19,10 @@ from gpulens.platform import manager, private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
+# The replayed demo data and its `gpulens api` process (fixture ``demo``), built once per session
+# for both the API's tests and the console's.
+pytest_plugins = ["api_demo"]
+
 
 @pytest.fixture(scope="session")
 def platform_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -1,159 +1,27 @@
 """`gpulens api` against real ClickHouse holding replayed data: each endpoint's numbers equal an
 independent computation, from the latest-state tables, the tested "as of" SQL, plain SQL of
-the windowed tables, or the trace's CSV itself.
-
-One pipeline for the whole module, on a platform of its own: a busy quarter-day of the Alibaba
-v2023 trace (40 nodes, its pods created in that time, many of them pending for a while) and the
-first 3,000 rows of the GenAI duty cycles (41 one-GPU pods, idle stretches) are replayed into two
-clusters; the worker (hourly windows), the sink and the exporter run until every group has
-drained; then `gpulens api` runs as a process with a token, and the tests ask it over HTTP.
+the windowed tables, or the trace's CSV itself. The data and the API process are the session's
+``demo`` (tests/api_demo.py), asked over HTTP.
 """
 
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from alert_oracle import SAMPLES
+from api_demo import ALI, GEN, Demo, busiest_window_end, gpulens, instant, rfc3339, utc, wait_answering
 from clickhouse_connect.driver.exceptions import DatabaseError
-from trace_slices import head_of, pods_between
 
 from gpulens.api.reading import READ_ONLY, open_reader
-from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.client import get_client
 from gpulens.consumers.clickhouse.exceptions import ClickHouseError
 from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF, PODS_RUNNING_AS_OF
-from gpulens.draining import wait_drained
-from gpulens.platform import free_port, private_platform
+from gpulens.platform import free_port
 from gpulens.producers.replay import genai_duty
-from gpulens.producers.replay.locating import traces_dir
-from gpulens.schemas.kafka.topic_admin import create_topics
-
-ALIBABA = traces_dir() / "alibaba-gpu-v2023"
-DAY = 86_400
-TOKEN = "api-test-token"
-ALI, GEN = "api-alibaba", "api-genai"
-
-
-def gpulens(config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
-
-
-@dataclass
-class Demo:
-    settings: GPULensSettings
-    http: httpx.Client
-    base: str
-    duty_csv: Path
-    config: Path
-
-    def get(self, path: str, **params: Any) -> Any:
-        response = self.http.get(path, params=params)
-        assert response.status_code == 200, (path, params, response.text)
-        return response.json()
-
-    def sql(self, statement: str, **params: Any) -> list[tuple]:
-        client = get_client(self.settings.clickhouse, database=self.settings.clickhouse.database)
-        try:
-            return client.query(statement, parameters=params).result_rows
-        finally:
-            client.close()
-
-
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in reversed(processes):
-        if process.poll() is None:
-            process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    directory = tmp_path_factory.mktemp("api")
-    nodes_csv = head_of(ALIBABA / "openb_node_list_gpu_node.csv", 40, directory / "nodes.csv")
-    pods_csv = pods_between(
-        ALIBABA / "openb_pod_list_default.csv", 147 * DAY, 147 * DAY + DAY // 4, directory / "pods.csv",
-        gone_within_s=DAY // 2,
-    )  # fmt: skip
-    duty_csv = head_of(SAMPLES, 3_000, directory / "duty.csv")
-    processes: list[subprocess.Popen[bytes]] = []
-    with private_platform(directory) as settings:
-        create_topics(settings.kafka)
-        config = directory / "gpulens.toml"
-        try:
-            for replay in (
-                ["alibaba-v2023", "--nodes", str(nodes_csv), "--pods", str(pods_csv), "--cluster", ALI],
-                ["genai-duty", "--samples", str(duty_csv), "--cluster", GEN],
-            ):
-                done = subprocess.run(gpulens(config, "replay", *replay), capture_output=True, timeout=300)
-                assert done.returncode == 0, done.stderr
-            for name, *args in (("worker", "--window", "3600"), ("sink",), ("exporter",)):
-                with (directory / f"{name}.log").open("ab") as log:
-                    processes.append(
-                        subprocess.Popen(gpulens(config, name, *args), stdout=subprocess.DEVNULL, stderr=log)
-                    )
-            assert wait_drained(settings, timeout_s=300) is not None, "the pipeline did not drain"
-            with (directory / "api.log").open("ab") as log:
-                api = subprocess.Popen(
-                    gpulens(config, "api"),
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    env={**os.environ, "GPULENS_API__TOKEN": TOKEN},
-                )
-            processes.append(api)
-            base = f"http://{settings.api.host}:{settings.api.port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert api.poll() is None, (directory / "api.log").read_text()
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the API did not answer within 60 s"
-                time.sleep(0.2)
-            headers = {"Authorization": f"Bearer {TOKEN}"}
-            with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
-                yield Demo(settings, http, base, duty_csv, config)
-        finally:
-            _stop(processes)
-
-
-def instant(text: str) -> datetime:
-    return datetime.fromisoformat(text).astimezone(UTC)
-
-
-def rfc3339(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def busiest_window_end(demo: Demo) -> datetime:
-    """The end of the Alibaba slice's window with the most GPUs held at its end."""
-    rows = demo.sql(
-        "SELECT window_end FROM cluster_gpu_allocation FINAL WHERE cluster = {c:String} "
-        "ORDER BY gpus_allocated_end DESC, window_start LIMIT 1",
-        c=ALI,
-    )
-    return utc(rows[0][0])
 
 
 def duty_rows(demo: Demo) -> list[tuple[str, datetime, float]]:
@@ -275,6 +143,51 @@ def test_gpu_heatmap_cells_are_the_means_of_the_csv_rows(demo: Demo) -> None:
     default = demo.get(f"/api/clusters/{GEN}/gpuHeatmap", step=step)
     assert instant(default["end"]) == max(r[1] for r in rows) + timedelta(milliseconds=1)
     assert instant(default["start"]) == instant(default["end"]) - timedelta(hours=1)
+
+
+def test_idle_workloads_are_gpu_hours_held_times_the_csv_idleness_now_and_as_of(demo: Demo) -> None:
+    rows = duty_rows(demo)
+    utilization: dict[tuple[str, datetime], list[float]] = defaultdict(list)
+    for pod, at, value in rows:
+        utilization[(genai_duty.pod_uid(GEN, pod), bucket(at, 3600))].append(value)
+    windows = demo.sql(
+        "SELECT workload_uid, window_start, window_end, "
+        "gpus_allocated_avg * dateDiff('second', window_start, window_end) / 3600 "
+        "FROM workload_gpu_usage FINAL WHERE cluster = {c:String} AND gpus_allocated_avg > 0",
+        c=GEN,
+    )
+
+    def expected(by: datetime) -> dict[str, tuple[float, float]]:
+        """(GPU-hours held, of those idle) per workload with samples, over windows ended by ``by``:
+        a window without CSV rows adds to the hours held only."""
+        held: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        measured = set()
+        for uid, start, end, gpu_hours in windows:
+            if utc(end) > by:
+                continue
+            held[uid][0] += gpu_hours
+            if values := utilization.get((uid, utc(start))):
+                measured.add(uid)
+                held[uid][1] += gpu_hours * (1 - sum(values) / len(values) / 100)
+        return {uid: (total, idle) for uid, (total, idle) in held.items() if uid in measured}
+
+    everything = expected(max(r[1] for r in rows) + timedelta(days=1))
+    body = demo.get(f"/api/clusters/{GEN}/idleWorkloads", pageSize=1000)
+    assert body["total"] == len(everything) == len({p for p, _, _ in rows})
+    got = {w["uid"]: (w["gpu_hours"], w["idle_gpu_hours"]) for w in body["data"]}
+    assert got == {uid: pytest.approx(pair) for uid, pair in everything.items()}
+    idle = [w["idle_gpu_hours"] for w in body["data"]]
+    assert idle == sorted(idle, reverse=True) and idle[0] > 0, "most idle first"
+    top = demo.get(f"/api/clusters/{GEN}/idleWorkloads", pageSize=3)
+    assert [w["uid"] for w in top["data"]] == [w["uid"] for w in body["data"][:3]]
+
+    at = min(utc(end) for _, _, end, _ in windows)
+    then = expected(at)
+    assert then and then != everything, "by the first window's end, only the first windows count"
+    past = demo.get(f"/api/clusters/{GEN}/idleWorkloads", pageSize=1000, asOf=rfc3339(at))["data"]
+    assert {w["uid"]: (w["gpu_hours"], w["idle_gpu_hours"]) for w in past} == {
+        uid: pytest.approx(pair) for uid, pair in then.items()
+    }
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -575,6 +488,7 @@ def test_the_token_is_required_where_configured_and_openapi_lists_every_route(de
         "/api/clusters/{cluster}/overview",
         "/api/clusters/{cluster}/consumers",
         "/api/clusters/{cluster}/gpuHeatmap",
+        "/api/clusters/{cluster}/idleWorkloads",
         "/api/nodes",
         "/api/nodes/{name}",
         "/api/nodes/{name}/gpuDevices",
@@ -633,13 +547,6 @@ def test_a_taken_port_is_one_clear_error_and_sigterm_stops_the_api(demo: Demo, s
     port = free_port()
     api = subprocess.Popen(gpulens(demo.config, "api", "--port", str(port)), stderr=subprocess.DEVNULL)
     spawned.append(api)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            assert api.poll() is None and time.monotonic() < deadline, "the second API did not answer"
-            time.sleep(0.2)
+    wait_answering(f"http://127.0.0.1:{port}", api)
     api.terminate()
     assert api.wait(30) == 0

@@ -122,6 +122,22 @@ class Consumer(BaseModel):
     pods: int
 
 
+class IdleWorkload(BaseModel):
+    """A workload's GPU-hours held but idle (held x (1 - utilization), window by window)."""
+
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+    gpu_hours: float = Field(description="GPU-hours held over its windows in range.")
+    measured_gpu_hours: float = Field(description="Of those, held in windows with GPU samples.")
+    idle_gpu_hours: float = Field(description="Held x (1 - mean utilization), over measured windows.")
+    utilization_avg: float | None = Field(description="Mean utilization of its samples, %.")
+    samples: int
+    windows: int
+    last_window_end: datetime
+
+
 class HeatmapCell(BaseModel):
     node: str
     gpu_index: int

@@ -134,6 +134,31 @@ WHERE gpus_held > 0
 ORDER BY gpus_held DESC, uid"""
 """Workloads holding GPUs at the end of their newest window by ``at``, most GPUs first."""
 
+IDLE_WORKLOADS = f"""\
+SELECT workload_uid AS uid, any(workload_kind) AS kind, any(workload_name) AS name,
+       any(workload_namespace) AS namespace, sum(held_h) AS gpu_hours,
+       sumIf(held_h, util IS NOT NULL) AS measured_gpu_hours,
+       sumIf(held_h * (1 - assumeNotNull(util) / 100), util IS NOT NULL) AS idle_gpu_hours,
+       sum(util * n) / nullIf(sumIf(n, util IS NOT NULL), 0) AS utilization_avg,
+       sum(n) AS samples, count() AS windows, max(ended) AS last_window_end
+FROM
+(
+    SELECT workload_uid, workload_kind, workload_name, namespace AS workload_namespace,
+           window_end AS ended, utilization_avg AS util, samples AS n,
+           gpus_allocated_avg * dateDiff('millisecond', window_start, window_end) / 3600000 AS held_h
+    FROM workload_gpu_usage FINAL
+    WHERE cluster = {{cluster:String}} AND window_end <= {AT}
+      AND window_start >= {{start:DateTime64(3, 'UTC')}} AND window_start < {{end:DateTime64(3, 'UTC')}}
+      AND gpus_allocated_avg > 0
+)
+GROUP BY workload_uid
+HAVING measured_gpu_hours > 0
+ORDER BY idle_gpu_hours DESC, uid"""
+"""Workloads by GPU-hours held but idle, most first, over their windows that started in
+``[start, end)`` and ended by ``at``: per window, GPUs held x its hours x (1 - mean
+utilization); a window without samples (utilization unknown) counts to ``gpu_hours`` only, and
+a workload with no measured window is left out (nothing says it idles)."""
+
 NEWEST_SAMPLE = """\
 SELECT max(event_time) AS newest, count() AS samples
 FROM gpu_samples

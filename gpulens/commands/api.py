@@ -18,13 +18,13 @@ def api(context: Context, /, **_api_flags: object) -> None:
     \b
     Lens's resource layout, JSON, read-only (every statement runs with readonly=2 and bound
     parameters only); every current view takes asOf=<RFC 3339> and answers from history:
-      /api/clusters, /api/clusters/{cluster}/overview, /consumers, /gpuHeatmap
+      /api/clusters, /api/clusters/{cluster}/overview, /consumers, /idleWorkloads, /gpuHeatmap
       /api/nodes?cluster=..., /api/nodes/{name}, /gpuDevices, /gpuMetrics, /workloads,
         /workloadsHistory, /gpuAllocation, /gpuUtilizationHistory
       /api/workloads?cluster=..., /api/workloads/{uid}, /hierarchy, /metrics, /pods
       /api/alerts, /api/pending, /api/gpu-aggregation/hourly?groupBy=namespace|workload|label:KEY
-    The OpenAPI document is /openapi.json. With api.token set, /api/ needs
-    "Authorization: Bearer TOKEN" (401 without it). Bad parameters answer 400 naming them.
+    The OpenAPI document is /openapi.json; the web console is at /. With api.token set, /api/
+    needs "Authorization: Bearer TOKEN" (401 without it). Bad parameters answer 400 naming them.
     """
     from gpulens.api.app import build_app
     from gpulens.api.reading import open_reader

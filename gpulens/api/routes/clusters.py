@@ -1,4 +1,5 @@
-"""``/api/clusters``: the clusters, each one's overview, its GPU consumers and its GPU heatmap."""
+"""``/api/clusters``: the clusters, each one's overview, its GPU consumers, its workloads holding
+idle GPUs and its GPU heatmap."""
 
 from __future__ import annotations
 
@@ -7,8 +8,27 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 
 from gpulens.api import queries
-from gpulens.api.models import Cluster, Consumer, HeatmapCell, Listing, Overview, Paged, Series
-from gpulens.api.parameters import AsOf, Db, Paging, SeriesAsked, Settings, at, paged, series_answer
+from gpulens.api.models import (
+    Cluster,
+    Consumer,
+    HeatmapCell,
+    IdleWorkload,
+    Listing,
+    Overview,
+    Paged,
+    Series,
+)
+from gpulens.api.parameters import (
+    AsOf,
+    Db,
+    Paging,
+    SeriesAsked,
+    Settings,
+    Span,
+    at,
+    paged,
+    series_answer,
+)
 from gpulens.consumers.clickhouse.queries import GPU_ALLOCATION_AS_OF
 
 router = APIRouter(prefix="/clusters", tags=["clusters"])
@@ -59,6 +79,22 @@ def consumers(
     """Workloads holding GPUs (at the end of their newest window by ``asOf``), most GPUs first,
     with their mean utilization over that window."""
     rows, total = db.page(queries.CONSUMERS, {"cluster": cluster, "at": at(as_of)}, chosen)
+    return paged(rows, total, chosen, asOf=as_of)
+
+
+@router.get("/{cluster}/idleWorkloads", response_model=Paged[IdleWorkload])
+def idle_workloads(
+    cluster: ClusterName,
+    db: Db,
+    chosen: Paging,
+    span: Span,
+    as_of: AsOf = None,
+) -> dict[str, Any]:
+    """Workloads by GPU-hours held but idle (GPUs held x hours x (1 - mean utilization), window
+    by window), most first: over their workload_gpu_usage windows that started in ``[start,
+    end)`` (default: all) and ended by ``asOf``. The waste a person should look at first."""
+    params = {"cluster": cluster, "at": at(as_of), "start": span.start, "end": span.end}
+    rows, total = db.page(queries.IDLE_WORKLOADS, params, chosen)
     return paged(rows, total, chosen, asOf=as_of)
 
 
