@@ -156,6 +156,7 @@ def test_gpulens_up_private_starts_the_pipeline_and_down_with_its_config_stops_i
             assert f"  {service:<11} running" in result.stdout
         api = f"http://{settings.api.host}:{settings.api.port}"
         assert f"API              {api}/api/clusters" in result.stdout
+        assert result.stdout.rstrip().endswith(f"console: {api}/  (the web console; open it in a browser)")
         with urllib.request.urlopen(f"{api}/api/clusters", timeout=30) as response:
             assert response.status == 200 and "data" in json.load(response)
         assert run(config, "sql", "SELECT 1 + 1", "--format", "TSV").stdout == "2\n"
