@@ -7,6 +7,7 @@ ways of setting it, and what is wrong.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
@@ -16,6 +17,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -91,6 +93,8 @@ def load_settings(config_file: Path | None = None) -> GPULensSettings:
         return GPULensSettings()
     except ValidationError as err:
         raise ConfigError(_explain(err, config_file)) from err
+    except SettingsError as err:  # a variable pydantic-settings could not even parse (JSON)
+        raise ConfigError(_unparsable(err)) from err
     finally:
         _config_file.reset(token)
 
@@ -109,6 +113,17 @@ def _explain(err: ValidationError, config_file: Path | None) -> str:
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
         lines.append(f"  {dotted}: {problem['msg']}{shown}; set {where}")
     return "\n".join(lines)
+
+
+def _unparsable(err: SettingsError) -> str:
+    """The variables of the section pydantic-settings names, and what their value must be."""
+    section = str(err).split('"')[1] if str(err).count('"') >= 2 else ""
+    prefix = f"{ENV_PREFIX}{section.upper()}__"
+    named = sorted(name for name in os.environ if name.startswith(prefix)) or [f"{prefix}*"]
+    return (
+        f"invalid settings: {', '.join(named)}: a list or table value must be JSON, "
+        f'e.g. {prefix}NAME=\'["a", "b"]\' ({err.__cause__ or err})'
+    )
 
 
 def _toml_name(path: list[str]) -> str:

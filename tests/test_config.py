@@ -76,6 +76,16 @@ def test_broken_toml_says_where(tmp_path: Path) -> None:
         load_settings(path)
 
 
+def test_a_list_variable_that_is_not_json_is_one_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPULENS_RETENTION__IGNORED_GROUPS", "probe")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None)
+    assert str(caught.value).startswith("invalid settings: GPULENS_RETENTION__IGNORED_GROUPS: ")
+    assert "must be JSON" in str(caught.value)
+
+
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml")
