@@ -351,11 +351,11 @@ def test_a_worker_catching_up_on_a_backlog_holds_a_bounded_number_of_records(tmp
     with private_platform(tmp_path) as settings:
         config = tmp_path / "gpulens.toml"
         cluster = "backlog"
-        # 50 nodes sampled every 2 s for 20 minutes, published over about 10 s (so that each
+        # 50 nodes sampled every 2 s for 20 minutes, published over about 20 s (so that each
         # watermark vouches for what came before it, not for the whole backlog)
         publish = gpulens(
             config, "simulate", "--cluster", cluster, "--nodes", "50", "--interval", "2",
-            "--duration", "1200", "--speed", "120", "--seed", "3",
+            "--duration", "1200", "--speed", "60", "--seed", "3",
         )  # fmt: skip
         subprocess.run(publish, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         probe = Consumer(settings.kafka.librdkafka(**{"group.id": "probe"}))
