@@ -186,11 +186,12 @@ def run_independent_replays(platform, codec, config: Path, unique: str, spawned,
 # worker of a new group on the session's platform would otherwise read first.
 
 
-def test_three_independent_replays_beside_a_cpu_hog_give_the_oracles_rows(
+def test_five_independent_replays_beside_a_cpu_hog_give_the_oracles_rows(
     own_platform, own_codec, unique, spawned, traces
 ):
-    """Fifteen producer processes of six clusters, their starts skewed at random, and a process
-    spinning on one of the two cores: the windows and alerts are still the oracles'."""
+    """Five replays of each trace (25 producer processes, ten clusters), their starts skewed at
+    random, and a process spinning on one of the two cores: the windows and alerts are still the
+    oracles', for every cluster."""
     spawned.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
     settings, config = own_platform
-    run_independent_replays(settings, own_codec, config, unique, spawned, 3, traces)
+    run_independent_replays(settings, own_codec, config, unique, spawned, 5, traces)
