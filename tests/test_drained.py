@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from alert_oracle import SAMPLES
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from trace_slices import head_of
 
 from gpulens.cli import LAG_UNKNOWN, NOT_DRAINED
 from gpulens.config import GPULensSettings
@@ -167,9 +169,11 @@ def test_the_pipeline_drains_past_the_workers_markers_and_status_says_so(
     """Replay a trace, run worker, sink and exporter: `gpulens status` exits 0 (drained) although
     the worker's output topics end in markers the sink's committed offsets stop before."""
     logs = config_file.parent
+    samples = head_of(SAMPLES, 5_000, logs / "duty.csv")  # hours of windows, many transactions
     replay = subprocess.run(
-        gpulens(config_file, "replay", "genai-duty"), capture_output=True, text=True, timeout=300
-    )
+        gpulens(config_file, "replay", "genai-duty", "--samples", str(samples)),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert replay.returncode == 0, replay.stderr
     for name, *args in (
         ("worker", "--window", "3600", "--no-nodes"),
