@@ -1,8 +1,8 @@
 """A worker whose broker stops answering for longer than a commit's timeout waits it out.
 
-The broker is SIGSTOPped for 20 s while a replay flows and the worker has cycles to commit: four
+The broker is SIGSTOPped for 15 s while a replay flows and the worker has cycles to commit: three
 times the 5 s each transactional call waits (``CALL_TIMEOUT_S``), so a call times out and is
-repeated several times over, and a third of the 60 s after which a call counts as wedged and the
+repeated several times over, and a quarter of the 60 s after which a call counts as wedged and the
 worker exits (``WEDGED_S``). Afterwards the worker is the same process, every window row is there
 once with the CSV's values, and the offsets it committed are the inputs' ends: nothing skipped,
 nothing read twice.
@@ -26,7 +26,7 @@ from gpulens.pipeline.operators import AllocationOperator
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.platform import BROKER, free_port, manager
 
-STALL_S = 4 * CALL_TIMEOUT_S
+STALL_S = 3 * CALL_TIMEOUT_S
 """Several per-call timeouts, well under ``WEDGED_S`` (the module's docstring)."""
 
 
