@@ -99,6 +99,17 @@ def cases(settings: GPULensSettings) -> list[Case]:
             {"cluster": gen, "at": queries.END_OF_TIME},
         ),
         Case(
+            f"/api/clusters/{gen}/idleWorkloads",
+            {},
+            queries.IDLE_WORKLOADS,
+            {
+                "cluster": gen,
+                "at": queries.END_OF_TIME,
+                "start": queries.START_OF_TIME,
+                "end": queries.END_OF_TIME,
+            },
+        ),
+        Case(
             f"/api/clusters/{gen}/gpuHeatmap",
             {**span, "step": step},
             queries.GPU_HEATMAP,
