@@ -128,7 +128,7 @@ def test_genai_reports_equal_the_duty_cycle_csv(demo: Demo) -> None:
         assert_report(got, want)
         assert (got["kind"], got["status"], got["namespace"]) == ("Pod", "Running", "genai")
         [gpu] = got["gpu_list"]
-        assert gpu["samples"] == want.samples
+        assert (gpu["samples"], gpu["utilization_p95"]) == (want.samples, pytest.approx(want.utilization_p95))
         assert gpu["idle_gpu_hours"] == pytest.approx(want.idle_gpu_hours, abs=1e-9)
         idle_pods += want.idle_gpu_hours > 0
     assert idle_pods > 10  # the slice has idle stretches: the idle numbers are not all zero
@@ -274,8 +274,9 @@ def samples(
 
 def two_pods() -> tuple[list[PodEvent], list[ContainerEvent], list[GpuSampleBatch]]:
     """train-0: pending 60 s, then 2 GPUs of n1 until it fails at 1200 s (OOMKilled, 2 restarts),
-    deleted at 1300 s. train-1: half a GPU of n2 from 0 s until preempted at 500 s. An unrelated
-    pod at 5000 s is the cluster's newest event."""
+        deleted at 1300 s. train-1: half a GPU of n2 from 0 s until preempted at 500 s. An unrelated
+        pod at 5000 s is the cluster's newest event. A pod of a workload with the same uid in cluster c2
+    makes the uid ambiguous without --cluster."""
     running = ContainerState(name="main", gpu_amount=2, state="running")
     whole = {"gpu_resources": {"nvidia.com/gpu": 2.0}, "gpu_amount": 2.0}
     oom = ContainerState(
@@ -294,6 +295,7 @@ def two_pods() -> tuple[list[PodEvent], list[ContainerEvent], list[GpuSampleBatc
         pod("pb", "train-1", 0, added, "Running", "n2", **share),
         pod("pb", "train-1", 500, modified, "Failed", "n2", conditions=[preempted], **share),
         pod("other", "other", 5000, added, "Pending", None, **share).model_copy(update={"owners": []}),
+        pod("pc", "train-0", 0, added, "Pending", None, **share).model_copy(update={"cluster": "c2"}),
     ]
     containers = [container("train-0", "n1", ["g0", "g1"]), container("train-1", "n2", ["g9"])]
     batches = [
@@ -318,12 +320,19 @@ def test_a_two_pod_workload_through_the_sink(platform, codec, unique: str, confi
         sink.wait_rows("pod_events", len(pods))
         sink.wait_rows("container_events", len(containers))
         sink.wait_rows("gpu_samples", len(batches))
-        sink.wait_rows("workload_pods", 2)
+        sink.wait_rows("workload_pods", 3)
     finally:
         sink.stop()
     env = {**os.environ, "GPULENS_CLICKHOUSE__DATABASE": sink.clickhouse.database}
     command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "report", "workload", "job-1"]
-    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120, env=env)
+    ambiguous = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert (ambiguous.returncode, ambiguous.stderr.splitlines()) == (
+        1,
+        ["error: workload 'job-1' is in clusters c1, c2: choose with --cluster"],
+    )
+    done = subprocess.run(
+        [*command, "--cluster", "c1", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert (got["kind"], got["name"], got["namespace"], got["status"]) == (

@@ -124,11 +124,11 @@ are named as the table's, so ``prefer_column_name_to_alias``: inside an aggregat
 _SPANS = f"""\
 WITH
 {_SEGMENTS},
-held AS
+held_by AS
 (
-    SELECT uid, name, namespace, assumeNotNull(node) AS held_node, gpu_amount, seg_start, seg_end, open_end
-    FROM segments
-    WHERE holds_gpus AND node IS NOT NULL AND seg_end > seg_start
+    SELECT DISTINCT assumeNotNull(node) AS held_node, namespace, name
+    FROM pod_events
+    WHERE cluster = {{cluster:String}} AND uid IN (SELECT pod_uid FROM pods_of) AND holds_gpus
 ),
 devices AS
 (
@@ -141,7 +141,7 @@ devices AS
         FROM container_events
         ARRAY JOIN devices AS d
         WHERE cluster = {{cluster:String}} AND tupleElement(d, 'kind') = 'GPU'
-          AND (node, pod_namespace, pod_name) IN (SELECT held_node, namespace, name FROM held)
+          AND (node, pod_namespace, pod_name) IN held_by
     )
 ),
 gpus AS
@@ -149,7 +149,13 @@ gpus AS
     SELECT h.uid AS uid, h.name AS name, h.held_node AS held_node, d.device_id AS device_id,
            h.gpu_amount / d.gpus AS share, h.seg_start AS seg_start, h.seg_end AS seg_end,
            h.open_end AS open_end
-    FROM held AS h
+    FROM
+    (
+        SELECT uid, name, namespace, assumeNotNull(node) AS held_node, gpu_amount, seg_start, seg_end,
+               open_end
+        FROM segments
+        WHERE holds_gpus AND node IS NOT NULL AND seg_end > seg_start
+    ) AS h
     INNER JOIN devices AS d ON h.held_node = d.held_node AND h.namespace = d.namespace AND h.name = d.name
 ),
 samples AS
@@ -161,9 +167,11 @@ samples AS
         SELECT node, device_id, event_time, utilization_pct, power_watts,
                event_time + toIntervalSecond({{span_max:UInt32}}) AS far
         FROM gpu_samples FINAL
-        WHERE cluster = {{cluster:String}} AND (node, device_id) IN (SELECT held_node, device_id FROM gpus)
-          AND event_time >= (SELECT min(seg_start) FROM gpus) - toIntervalSecond({{span_max:UInt32}})
-          AND event_time <= (SELECT max(seg_end) FROM gpus)
+        WHERE cluster = {{cluster:String}} AND (node, device_id) IN (SELECT held_node, device_id FROM devices)
+          AND event_time >= (SELECT min(event_time) FROM pod_events
+                             WHERE cluster = {{cluster:String}} AND uid IN (SELECT pod_uid FROM pods_of)
+                               AND holds_gpus) - toIntervalSecond({{span_max:UInt32}})
+          AND event_time <= {{now:DateTime64(3, 'UTC')}}
     )
     WINDOW gpu_order AS
         (PARTITION BY node, device_id ORDER BY event_time ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING)
@@ -182,29 +190,23 @@ spans AS
 """Each sample of a GPU the workload held, with the part of its span inside a hold (weighted by
 the pod's share of the GPU) and whether it was taken inside the hold."""
 
-_SPAN_SUMS = """\
-countIf(inside AND utilization IS NOT NULL) AS samples,
-avgIf(utilization, inside) AS utilization_avg,
-sumIf(weighted_s, utilization IS NOT NULL) / 3600 AS measured_gpu_hours,
-sumIf(weighted_s, utilization < {idle_below:Float64}) / 3600 AS idle_gpu_hours,
-if(countIf(power IS NOT NULL) > 0, sumIf(assumeNotNull(power) * weighted_s, power IS NOT NULL), NULL)
-    AS energy_j"""
-
 GPU_USE = f"""\
 {_SPANS}
-SELECT uid AS pod_uid, any(name) AS pod_name, held_node AS node, device_id, {_SPAN_SUMS}
-FROM spans
-GROUP BY uid, held_node, device_id
-ORDER BY node, device_id, pod_uid"""
-"""Per pod and GPU it held: samples, mean utilization, measured and idle GPU-hours, energy."""
-
-USE_TOTALS = f"""\
-{_SPANS}
-SELECT {_SPAN_SUMS},
+SELECT uid AS pod_uid, any(name) AS pod_name, held_node AS node, device_id,
+       countIf(inside AND utilization IS NOT NULL) AS samples,
+       avgIf(utilization, inside) AS utilization_avg,
        quantileExactInclusiveIf(0.95)(utilization, inside) AS utilization_p95,
+       sumIf(weighted_s, utilization IS NOT NULL) / 3600 AS measured_gpu_hours,
+       sumIf(weighted_s, utilization < {{idle_below:Float64}}) / 3600 AS idle_gpu_hours,
+       if(countIf(power IS NOT NULL) > 0, sumIf(assumeNotNull(power) * weighted_s, power IS NOT NULL), NULL)
+           AS energy_j,
        maxIf(sampled, inside) AS last_sample
-FROM spans"""
-"""The same over every GPU of the workload, with the p95 utilization and the newest sample."""
+FROM spans
+GROUP BY GROUPING SETS ((uid, held_node, device_id), ())
+ORDER BY empty(pod_uid), node, device_id, pod_uid"""
+"""Per pod and GPU it held: samples, mean and p95 utilization, measured and idle GPU-hours,
+energy, newest sample; then the same over all of them, in a last row whose ``pod_uid`` is empty
+(or null, where ``group_by_use_nulls`` is set)."""
 
 
 class ContainerExit(BaseModel):
@@ -240,6 +242,7 @@ class ReportGpu(BaseModel):
     device_id: str
     samples: int = Field(description="Samples taken while the pod held it.")
     utilization_avg: float | None
+    utilization_p95: float | None
     measured_gpu_hours: float = Field(description="Its GPU-hours held that samples speak for.")
     idle_gpu_hours: float = Field(description="Of those, under idle_below.")
     energy_j: float | None = Field(description="Joules while held (null: no sample carries power).")
@@ -279,6 +282,10 @@ class WorkloadReport(BaseModel):
     gpu_list: list[ReportGpu]
 
 
+_USE = ("samples", "utilization_avg", "utilization_p95", "measured_gpu_hours", "idle_gpu_hours", "energy_j")
+"""The totals :data:`GPU_USE` gives the report."""
+
+
 def clusters_of(reader: Reader, uid: str) -> list[str]:
     """The clusters in which ``uid`` is a workload."""
     return [row["cluster"] for row in reader.rows(CLUSTERS_OF, {"uid": uid})]
@@ -306,10 +313,9 @@ def workload_report(
     pods = reader.rows(POD_LIVES, params)
     if not pods:
         return None
-    gpus = reader.rows(GPU_USE, params)
-    totals = reader.rows(USE_TOTALS, params)[0]
+    *gpus, totals = reader.rows(GPU_USE, params)
     top = next((p for p in pods if p["uid"] == uid), pods[-1])
-    last_sample = totals.pop("last_sample")
+    last_sample = totals["last_sample"]
     last_pod_event = max(p["last_seen"] for p in pods)
     return WorkloadReport(
         cluster=cluster,
@@ -329,7 +335,7 @@ def workload_report(
         pods_disrupted=sum(bool(p["disruptions"]) for p in pods),
         restarts=sum(p["restarts"] for p in pods),
         container_exits=sum(len(p["exits"]) for p in pods),
-        **totals,
+        **{name: totals[name] for name in _USE},
         pod_list=[_pod(p) for p in pods],
         gpu_list=[ReportGpu(**g) for g in gpus],
     )
