@@ -314,9 +314,7 @@ def workload_report(
     if not pods:
         return None
     *gpus, totals = reader.rows(GPU_USE, params)
-    top = next((p for p in pods if p["uid"] == uid), pods[-1])
-    last_sample = totals["last_sample"]
-    last_pod_event = max(p["last_seen"] for p in pods)
+    top = pods[-1]  # the newest pod's owner chain names the workload as it is now
     return WorkloadReport(
         cluster=cluster,
         uid=uid,
@@ -325,7 +323,7 @@ def workload_report(
         namespace=top["namespace"],
         status=_status(pods),
         first_seen=min(p["first_seen"] for p in pods),
-        last_seen=max(last_pod_event, last_sample) if totals["samples"] else last_pod_event,
+        last_seen=max(totals["last_sample"], *(p["last_seen"] for p in pods)),
         now=now,
         idle_below=idle_below,
         gpu_hours=sum(p["gpu_hours"] for p in pods),
