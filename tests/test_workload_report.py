@@ -358,3 +358,14 @@ def test_a_two_pod_workload_through_the_sink(platform, codec, unique: str, confi
     assert by_pod["train-0"]["exits"] == [{"container": "main", "reason": "OOMKilled", "exit_code": 137}]
     assert by_pod["train-1"]["disruptions"] == ["PreemptionByScheduler"]
     assert {(g["device_id"], g["samples"]) for g in got["gpu_list"]} == {("g0", 4), ("g1", 1), ("g9", 2)}
+
+    text = subprocess.run([*command, "--cluster", "c1"], capture_output=True, text=True, timeout=120, env=env)
+    assert text.returncode == 0, text.stderr
+    assert "Energy       0.045 kWh (162,700 J)" in text.stdout.splitlines()
+    assert {"main exited 137 OOMKilled", "PreemptionByScheduler"} <= {
+        line.split("  ")[-1].strip() for line in text.stdout.splitlines() if line.startswith("train-")
+    }
+    waiting = subprocess.run(
+        [*command, "--cluster", "c2", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert json.loads(waiting.stdout)["status"] == "Pending"
