@@ -18,6 +18,7 @@ from gpulens.commands.api import api
 from gpulens.commands.exporter import exporter
 from gpulens.commands.gateway import gateway
 from gpulens.commands.replay import replay
+from gpulens.commands.report import report
 from gpulens.commands.retention import retention
 from gpulens.commands.simulate import simulate
 from gpulens.commands.sink import db, sink
@@ -464,6 +465,7 @@ cli.add_command(exporter)
 cli.add_command(retention)
 cli.add_command(simulate)
 cli.add_command(api)
+cli.add_command(report)
 
 
 EX_UNAVAILABLE = 69

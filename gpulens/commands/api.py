@@ -21,7 +21,7 @@ def api(context: Context, /, **_api_flags: object) -> None:
       /api/clusters, /api/clusters/{cluster}/overview, /consumers, /idleWorkloads, /gpuHeatmap
       /api/nodes?cluster=..., /api/nodes/{name}, /gpuDevices, /gpuMetrics, /workloads,
         /workloadsHistory, /gpuAllocation, /gpuUtilizationHistory
-      /api/workloads?cluster=..., /api/workloads/{uid}, /hierarchy, /metrics, /pods
+      /api/workloads?cluster=..., /api/workloads/{uid}, /hierarchy, /metrics, /pods, /report
       /api/alerts, /api/pending, /api/gpu-aggregation/hourly?groupBy=namespace|workload|label:KEY
     The OpenAPI document is /openapi.json; the web console is at /. With api.token set, /api/
     needs "Authorization: Bearer TOKEN" (401 without it). Bad parameters answer 400 naming them.

@@ -1,4 +1,5 @@
-"""``/api/workloads``: workloads (top owners of GPU pods), each one's hierarchy, metrics and pods."""
+"""``/api/workloads``: workloads (top owners of GPU pods), each one's hierarchy, metrics, pods and
+report over its life."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from gpulens.api import queries
 from gpulens.api.models import Failure, Hierarchy, Listing, Paged, Pod, Workload, WorkloadNow, WorkloadWindow
 from gpulens.api.parameters import AsOf, Cluster, Db, Paging, Span, at, paged
 from gpulens.api.reading import Reader
+from gpulens.api.workload_report import IDLE_BELOW, WorkloadReport, workload_report
 
 router = APIRouter(prefix="/workloads", tags=["workloads"])
 
@@ -105,3 +107,25 @@ def pods(uid: Uid, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, An
     for row in rows:
         del row["owners"]
     return {"asOf": as_of, "data": rows}
+
+
+@router.get(
+    "/{uid}/report",
+    response_model=WorkloadReport,
+    responses={404: {"model": Failure, "description": "No pod of this workload in the cluster."}},
+)
+def report(
+    uid: Uid,
+    cluster: Cluster,
+    db: Db,
+    idle_below: Annotated[
+        float, Query(alias="idleBelow", ge=0, description="Utilization (%) under which a GPU held is idle.")
+    ] = IDLE_BELOW,
+) -> WorkloadReport:
+    """The workload over its whole life, as jobstats reports a job: GPU-hours, mean and p95
+    utilization, idle GPU-hours, time pending, restarts and interruptions, energy, its pods and
+    GPUs (`gpulens report workload UID` prints the same)."""
+    found = workload_report(db, cluster=cluster, uid=uid, idle_below=idle_below)
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no workload {uid!r} in cluster {cluster!r}")
+    return found
