@@ -91,7 +91,6 @@ class _Health:
     """A GPU's last health event, as GpuLost and GpuUnhealthy need it."""
 
     at: int
-    node: str
     conditions: list[str]
     message: str
     unhealthy_since: int | None = None
@@ -100,7 +99,7 @@ class _Health:
 
 @dataclass(slots=True)
 class _Sampled:
-    """A node's last GPU sample time, and since when its open GpuTelemetryStale runs (if one is)."""
+    """A node's last GPU sample time, and whether a GpuTelemetryStale is open for it (since then)."""
 
     last: int
     stale: bool = False
@@ -282,7 +281,7 @@ class AlertDetector(BaseAggregator[_Cluster]):
         at, gpu = cluster.instant, event.device_id
         before = cluster.health.get(gpu)
         since = before.unhealthy_since if before is not None else None
-        health = cluster.health[gpu] = _Health(at, event.node, list(event.conditions), event.message, since)
+        health = cluster.health[gpu] = _Health(at, list(event.conditions), event.message, since)
         self._changed.add(("health", event.cluster, gpu))
         if not event.healthy and since is None:
             health.unhealthy_since = at
@@ -549,7 +548,7 @@ class AlertDetector(BaseAggregator[_Cluster]):
             health = cluster.health.get(entity)
             if health is None:
                 return None
-            return [health.at, health.node, health.conditions, health.message, health.unhealthy_since]
+            return [health.at, health.conditions, health.message, health.unhealthy_since]
         if kind == "sampled":
             sampled = cluster.sampled.get(entity)
             return None if sampled is None else [sampled.last, sampled.stale]

@@ -111,6 +111,16 @@ def ras_counts(correctable: int = 0, uncorrectable: int = 0, deferred: int = 0) 
     }
 
 
+MI300X_UMC_UNCORRECTABLE = {
+    "total": ras_counts(correctable=12, uncorrectable=1, deferred=1),
+    "UMC": ras_counts(correctable=12, uncorrectable=1, deferred=1),
+}
+"""An MI300X's RAS counts after an uncorrectable HBM (UMC) error, as amdsmi returns them
+(amdsmi_get_gpu_total_ecc_count, amdsmi_get_gpu_ecc_count per block; ``amd-smi metric
+--ecc-blocks`` prints the same as UMC: CORRECTABLE_COUNT 12, UNCORRECTABLE_COUNT 1,
+DEFERRED_COUNT 1); the other blocks stay at 0."""
+
+
 @dataclass(frozen=True)
 class ProcessorHandle:
     """Stands for amdsmi_wrapper.amdsmi_processor_handle (an opaque pointer)."""

@@ -13,6 +13,7 @@ GPUs registered for ``nvmlEventTypeXidCriticalError``; volatile ECC counts, reti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,29 @@ def a100_mig(index: int) -> FakeGpu:
     )
 
 
+XID_INCIDENT: tuple[tuple[str, dict[str, int]], ...] = (
+    (
+        "NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+        "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+        {"eventType": 0x8, "eventData": 13, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF},
+    ),
+    (
+        "NVRM: Xid (PCI:0000:38:00): 94, pid=2254117, name=python3, Contained: SM (0x1). RST: No, D-RST: No",
+        {"eventType": 0x8, "eventData": 94, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF},
+    ),
+    (
+        "NVRM: Xid (PCI:0000:38:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row "
+        "(0x0000000000c4e2a1) Marked for Remapping, reset gpu to activate.",
+        {"eventType": 0x8, "eventData": 63, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF},
+    ),
+)
+"""An H100's (:func:`h100` 2, PCI 0000:38:00) XIDs as the driver logs them in dmesg, each with the
+``c_nvmlEventData_t`` nvmlEventSetWait_v2 returns for it (eventType nvmlEventTypeXidCriticalError,
+eventData the XID, instance ids 0xFFFFFFFF off MIG): an application's illegal instruction (13),
+then an uncorrectable HBM error contained to the process (94) and the row marked for remapping
+at the next reset (63)."""
+
+
 @dataclass(frozen=True)
 class _Handle:
     gpu: FakeGpu
@@ -155,11 +179,12 @@ class FakeNvml:
         """GPU uuid -> event types registered (one event set per node, as the agent makes it)."""
         self._queue: list[FakeEventData] = []
 
-    def xid(self, index: int, xid: int) -> None:
-        """XID ``xid`` happens on GPU ``index`` (queued only if it is registered, as in NVML)."""
+    def happen(self, index: int, payload: Mapping[str, int]) -> None:
+        """The event ``payload`` (``c_nvmlEventData_t``'s fields but the device) happens on GPU
+        ``index``: queued only if its type is registered for that GPU, as in NVML."""
         gpu = self.gpus[index]
-        if self.registered.get(gpu.uuid, 0) & pynvml.nvmlEventTypeXidCriticalError:
-            self._queue.append(FakeEventData(_Handle(gpu), pynvml.nvmlEventTypeXidCriticalError, xid))
+        if self.registered.get(gpu.uuid, 0) & payload["eventType"]:
+            self._queue.append(FakeEventData(_Handle(gpu), **payload))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith(("NVML_", "nvmlEventType")):  # constants are the real ones
