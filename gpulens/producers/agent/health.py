@@ -79,12 +79,12 @@ class HealthTracker:
             counters = dict(reading.counters)
             moved = first or counters != gpu.counters or reading.conditions != gpu.conditions
             gpu.counters, gpu.conditions = counters, reading.conditions
-            for n, xid in enumerate(reading.xids):
-                if xid not in self.rules.ignored_xids:
-                    gpu.xids[xid] = at
-                events.append(self._event(reading, gpu, at, "xid", xid, n))
+            gpu.xids |= {xid: at for xid in reading.xids if xid not in self.rules.ignored_xids}
+            # Every event of the round carries the state after the whole round: whichever of one
+            # instant's events a reader takes as the newest, it reads the GPU's health then.
+            events += [self._event(reading, gpu, at, "xid", xid, n) for n, xid in enumerate(reading.xids)]
             if reading.xids:
-                continue  # the last XID event carries the counters too
+                continue  # the XID events carry the counters too
             if moved:
                 events.append(self._event(reading, gpu, at, "counters"))
             elif held != set(gpu.xids):
