@@ -70,7 +70,7 @@ class AlertRules:
     idle_below_pct: float = 5.0
     idle_for_s: float = 600.0
     pending_for_s: float = 300.0
-    stale_after_s: float = 120.0
+    stale_after_s: float = 300.0
 
 
 @dataclass(slots=True)

@@ -58,10 +58,10 @@ class PipelineSettings(BaseModel):
     )
     pending_for: float = Field(default=300.0, ge=0, description="GpuPodPending: how long unbound, seconds.")
     stale_after: float = Field(
-        default=120.0,
+        default=300.0,
         gt=0,
         description="GpuTelemetryStale: how long a node holding GPU pods may send no GPU sample, "
-        "event-time seconds.",
+        "event-time seconds (Prometheus's own staleness: 5 minutes).",
     )
     group_id: str = Field(
         default="gpulens-worker",
