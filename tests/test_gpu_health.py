@@ -8,18 +8,21 @@ when), never computed by the code under test.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pynvml
+from confluent_kafka import Consumer, TopicPartition
 from sink_support import SinkThread
 from test_agent_publishing import Clock, make_agent, read_topic
+from worker_support import gpulens, spawn
 
 from gpulens.api import queries
-from gpulens.producers.agent import AgentMetrics, AgentSettings
+from gpulens.producers.agent import AgentMetrics, AgentSettings, build_agent
 from gpulens.producers.agent.amd import AmdCollector
 from gpulens.producers.agent.nvidia import NvidiaCollector
-from gpulens.schemas.model.models import GpuHealthEvent
-from gpulens.schemas.model.topics import GPU_HEALTH, entity_key
+from gpulens.schemas.model.models import Alert, GpuHealthEvent
+from gpulens.schemas.model.topics import ALERTS, GPU_HEALTH, entity_key
 from gpulens.testing.fake_amdsmi import (
     MI300X_RAS_BLOCKS,
     MI300X_UMC_UNCORRECTABLE,
@@ -243,3 +246,57 @@ def test_health_events_land_in_gpu_health_and_the_api_answers_each_gpus_newest(p
         ]
     finally:
         sink.stop()
+
+
+def test_an_xid_from_the_agent_opens_and_clears_gpu_unhealthy_through_the_worker(
+    platform, codec, config_file, unique, spawned, tmp_path
+):
+    # XID 79 (the GPU fell off the bus) on GPU 1 at 5 s: unhealthy from 5 s; held 600 s, the
+    # round at 605 s finds it expired: GpuUnhealthy opens at 5 s and resolves at 605 s, since 5 s.
+    cluster = f"health-e2e-{unique}"
+    library = FakeNvml([h100(0), h100(1)])
+    settings = AgentSettings(node="h100-node", spool_dir=tmp_path / "spool", collectors=("nvidia",))
+    clock = Clock()
+    agent = build_agent(
+        settings,
+        cluster=cluster,
+        kafka=platform.kafka,
+        codec=codec,
+        collectors=[NvidiaCollector(library)],
+        clock=clock,
+    )
+    agent.start()
+    for seconds in (0, 5, 10, 605):
+        clock.now = T0 + timedelta(seconds=seconds)
+        if seconds == 5:
+            library.happen(1, {"eventType": pynvml.nvmlEventTypeXidCriticalError, "eventData": 79})
+        agent.tick()
+    agent.close()
+
+    command = gpulens(
+        config_file, "worker", "--processors", "alerts", "--group", f"health-{unique}", "--idle-ms", "1000",
+        "--source-timeout", "1",
+    )  # fmt: skip
+    spawned.append(spawn(command, config_file.parent / f"worker-health-{unique}.log"))
+    consumer = Consumer(
+        platform.kafka.librdkafka(**{"group.id": f"alerts-{cluster}", "isolation.level": "read_committed"})
+    )
+    consumer.assign([TopicPartition(ALERTS.name, p, 0) for p in range(ALERTS.partitions)])
+    alerts: list[Alert] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and len(alerts) < 2:
+            for message in consumer.consume(1000, 0.5):
+                if (
+                    message.error() is None
+                    and (alert := codec.decode(ALERTS, message.value())).cluster == cluster
+                ):
+                    alerts.append(alert)
+    finally:
+        consumer.close()
+    gpu = library.gpus[1].uuid
+    assert [(a.alert, a.entity, a.state.value, a.event_time, a.since) for a in alerts] == [
+        ("GpuUnhealthy", gpu, "OPENED", T0 + timedelta(seconds=5), T0 + timedelta(seconds=5)),
+        ("GpuUnhealthy", gpu, "RESOLVED", T0 + timedelta(seconds=605), T0 + timedelta(seconds=5)),
+    ]
+    assert alerts[0].labels["xid"] == "79" and alerts[0].labels["conditions"] == "xid-79"
