@@ -1,6 +1,6 @@
 """GPU health from the node agent: fixtures of NVML's XID events and amdsmi's RAS counts, through the
 real collectors and agent, to gpulens.gpu.health.v1 on a real broker; the gauges that clear; the
-gpu_health table and the API's statement over it.
+gpu_health table and the API's answer from it; GpuUnhealthy through the worker process.
 
 Expected events are written out by hand from the fixtures' story (what happened to which GPU
 when), never computed by the code under test.
@@ -13,11 +13,14 @@ from datetime import UTC, datetime, timedelta
 
 import pynvml
 from confluent_kafka import Consumer, TopicPartition
+from fastapi.testclient import TestClient
 from sink_support import SinkThread
 from test_agent_publishing import Clock, make_agent, read_topic
 from worker_support import gpulens, spawn
 
-from gpulens.api import queries
+from gpulens.api.app import build_app
+from gpulens.api.reading import Reader
+from gpulens.api.settings import ApiSettings
 from gpulens.producers.agent import AgentMetrics, AgentSettings, build_agent
 from gpulens.producers.agent.amd import AmdCollector
 from gpulens.producers.agent.nvidia import NvidiaCollector
@@ -221,12 +224,14 @@ def test_health_events_land_in_gpu_health_and_the_api_answers_each_gpus_newest(p
         sink.wait_rows("gpu_health", 4, f"cluster = '{cluster}'")
         client = sink.client()
 
+        api = TestClient(build_app(ApiSettings(), Reader(client)))
+
         def newest(seconds: int) -> list[tuple]:
-            at = T0 + timedelta(seconds=seconds)
-            rows = client.query(
-                queries.NODE_GPU_HEALTH, parameters={"cluster": cluster, "node": node, "at": at}
-            )
-            return [(r[0], r[1], r[3], r[4], r[5], r[6], r[8]) for r in rows.result_rows]
+            as_of = (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+            answer = api.get(f"/api/nodes/{node}/gpuHealth", params={"cluster": cluster, "asOf": as_of})
+            assert answer.status_code == 200, answer.text
+            keys = ("device_id", "gpu_index", "healthy", "conditions", "cause", "xid", "message")
+            return [tuple(row[k] for k in keys) for row in answer.json()["data"]]
 
         assert newest(60) == [
             ("GPU-0", 0, True, [], "counters", None, "event at 0"),
