@@ -181,6 +181,27 @@ def test_health_is_read_per_whole_gpu_and_without_an_event_set_the_counters_stil
         def nvmlEventSetCreate(self) -> object:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
+    # A V100 retires pages (two, one pending a reboot); an A100 remaps rows, and one remap failed.
+    v100, a100 = h100(0), a100_mig(1)
+    v100.retired_pages = ([0x1A2B3000], [0x3C4D5000], pynvml.NVML_FEATURE_ENABLED)
+    a100.migs, a100.remapped_rows = [], (2, 1, 0, 1)
+    collector = NvidiaCollector(FakeNvml([v100, a100]))
+    collector.start()
+    collector.gpus()
+    old, new = collector.health()
+    assert (old.counters["retired_pages_sbe"], old.counters["retired_pages_dbe"]) == (1, 1)
+    assert old.conditions == ("retired-pages-pending",)
+    assert "retired_pages_sbe" not in new.counters  # NOT_SUPPORTED since Ampere
+    assert new.conditions == ("row-remap-failure",)
+    assert [
+        new.counters[f"remapped_rows_{k}"] for k in ("correctable", "uncorrectable", "pending", "failure")
+    ] == [
+        2,
+        1,
+        0,
+        1,
+    ]
+
     bare = NoEvents([h100(0)])
     bare.gpus[0].ecc_volatile_uncorrected = 2
     collector = NvidiaCollector(bare)

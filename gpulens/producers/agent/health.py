@@ -11,7 +11,8 @@ Critical conditions:
 
 - an XID not in :attr:`HealthRules.ignored_xids` (NVIDIA's device plugin ignores the same
   application errors: 13, 31, 43, 45, 68, 109) holds for :attr:`HealthRules.xid_hold_s` after
-  its last arrival: an XID is an instant, and NVML says nothing when the GPU is fine again;
+  its last arrival: an XID is an instant, and NVML says nothing when the GPU is fine again (the
+  hold lives in the agent's memory: an agent restarted within it starts from the counters);
 - the counters' own conditions (uncorrectable ECC or RAS errors since the driver loaded,
   pages or rows waiting for a reset, a failed row remap) hold while the library reports them:
   a GPU reset or driver reload zeroes the volatile counters and clears the flags, and with
@@ -64,6 +65,8 @@ class HealthTracker:
     who: NodeIdentity
     rules: HealthRules = field(default_factory=HealthRules)
     gpus: dict[str, _Gpu] = field(default_factory=dict)
+    latest: dict[str, GpuHealthEvent] = field(default_factory=dict)
+    """GPU id -> its newest event (its health now)."""
 
     def changes(self, readings: Sequence[HealthReading], at: datetime) -> list[GpuHealthEvent]:
         """The events of this round's ``readings`` (which then become the state)."""
@@ -89,6 +92,7 @@ class HealthTracker:
                 events.append(self._event(reading, gpu, at, "counters"))
             elif held != set(gpu.xids):
                 events.append(self._event(reading, gpu, at, "cleared"))
+        self.latest |= {event.device_id: event for event in events}
         return events
 
     def _event(
@@ -147,19 +151,16 @@ HEALTH_GAUGES: tuple[GaugeDef[GpuHealthEvent], ...] = (
 
 
 class HealthGauges(Collector):
-    """The newest health state of each GPU as :data:`HEALTH_GAUGES`."""
+    """The health of the GPUs read in the newest round as :data:`HEALTH_GAUGES`: as with the
+    samples' gauges, a GPU gone (or its collector failing) drops out instead of freezing."""
 
     def __init__(self) -> None:
         self._rows: tuple[tuple[tuple[str, ...], GpuHealthEvent], ...] = ()
-        self._latest: dict[str, GpuHealthEvent] = {}
 
-    def update(self, events: Sequence[GpuHealthEvent]) -> None:
-        """Take the newest state of the GPUs in ``events``; the others keep theirs."""
-        for event in events:
-            self._latest[event.device_id] = event
+    def update(self, states: Sequence[GpuHealthEvent]) -> None:
+        """Show ``states`` (each GPU's newest health event) from now on."""
         self._rows = tuple(
-            ((e.cluster, e.node, str(e.index), e.device_id), e)
-            for e in sorted(self._latest.values(), key=lambda e: e.index)
+            ((e.cluster, e.node, str(e.index), e.device_id), e) for e in sorted(states, key=lambda e: e.index)
         )
 
     def collect(self) -> Iterator[Metric]:

@@ -140,7 +140,7 @@ class NodeAgent:
             changes = self._health.changes(readings, at)
             for change in changes:
                 self._sender.send(GPU_HEALTH, change)
-            self._metrics.health.update(changes)
+            self._metrics.health.update([self._health.latest[r.device_id] for r in readings])
         for mapping in (c for c in self._active if isinstance(c, BaseAssignmentCollector)):
             held = self._collect(mapping, mapping.assignments)
             if held is not None:
