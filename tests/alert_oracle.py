@@ -33,3 +33,25 @@ def idle_alerts_from_csv(
                     found.add((pod, "RESOLVED", at))
                 run_start, opened = None, False
     return found
+
+
+def stale_alerts_from_csv(stale_s: float, samples: Path = SAMPLES) -> set[tuple[str, str, float, float]]:
+    """GpuTelemetryStale as (pod, OPENED|RESOLVED, time, since) straight from the CSV: each pod
+    has a node of its own and holds its GPU from its first sample on (the replay never ends a
+    pod), so its node is stale after every gap of more than ``stale_s`` between two of its
+    samples (opened at the first plus ``stale_s``, resolved at the second), and after its last
+    sample if the trace goes on more than ``stale_s`` beyond it (opened only)."""
+    times: dict[str, set[float]] = defaultdict(set)
+    with samples.open() as handle:
+        for row in csv.DictReader(handle):
+            times[row["container_ip"]].add(float(row["timestamp_anon"]))
+    end = max(max(seen) for seen in times.values())
+    found = set()
+    for pod, seen in times.items():
+        ordered = sorted(seen)
+        for last, after in zip(ordered, [*ordered[1:], None], strict=True):
+            if (after if after is not None else end) - last > stale_s:
+                found.add((pod, "OPENED", last + stale_s, last))
+                if after is not None:
+                    found.add((pod, "RESOLVED", after, last))
+    return found

@@ -21,7 +21,14 @@ from gpulens.producers.agent.podresources import PodResourcesCollector
 from gpulens.producers.agent.spooling import Spool
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.kafka.topic_admin import create_topics
-from gpulens.schemas.model.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES, TopicSpec, entity_key
+from gpulens.schemas.model.topics import (
+    CONTAINERS,
+    DEVICE_INVENTORY,
+    GPU_HEALTH,
+    GPU_SAMPLES,
+    TopicSpec,
+    entity_key,
+)
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.testing.fake_amdsmi import FakeAmdSmi, mi300x
 from gpulens.testing.fake_kubelet import Kubelet, serving
@@ -179,7 +186,8 @@ def test_records_made_while_kafka_is_away_arrive_in_order_once_it_is_there(
     case = outage()
     agent = case.agent
     case.run(6)
-    assert agent.sender.spooled == 6 + 1 + 4  # batches, inventory, ADDED / DELETED+ADDED / MODIFIED
+    # batches, inventory, each GPU's first health, ADDED / DELETED+ADDED / MODIFIED
+    assert agent.sender.spooled == 6 + 1 + 2 + 4
 
     port = int(dead_kafka.bootstrap_servers.rpartition(":")[2])
     services = ServiceManager(tmp_path / "broker")
@@ -193,12 +201,14 @@ def test_records_made_while_kafka_is_away_arrive_in_order_once_it_is_there(
         batches = [codec.decode(GPU_SAMPLES, v) for v in read_topic(dead_kafka, GPU_SAMPLES, key, 6)]
         inventories = read_topic(dead_kafka, DEVICE_INVENTORY, key, 1)
         containers = [codec.decode(CONTAINERS, v) for v in read_topic(dead_kafka, CONTAINERS, key, 4)]
+        health = [codec.decode(GPU_HEALTH, v) for v in read_topic(dead_kafka, GPU_HEALTH, key, 2)]
     finally:
         agent.close(timeout_s=0)
         services.stop("kafka")
 
     assert [b.event_time for b in batches] == [T0 + timedelta(seconds=5 * i) for i in range(6)]
     assert len(inventories) == 1
+    assert [(h.index, h.healthy, h.event_time) for h in health] == [(0, True, T0), (1, True, T0)]
     assert [(c.type.value, c.pod_name, len(c.devices)) for c in containers] == [
         ("ADDED", "train-0", 1),
         ("DELETED", "train-0", 0),

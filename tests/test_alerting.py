@@ -6,7 +6,7 @@ import csv
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alert_oracle import SAMPLES, idle_alerts_from_csv
+from alert_oracle import SAMPLES, idle_alerts_from_csv, stale_alerts_from_csv
 
 from gpulens.pipeline.alerting import AlertDetector, AlertRules
 from gpulens.pipeline.device_changes import diff
@@ -33,7 +33,25 @@ def test_gpu_idle_opens_and_resolves_exactly_as_the_csv_says() -> None:
     expected = idle_alerts_from_csv(5.0, 600.0)
     assert expected, "the trace has idle stretches"
     assert published == expected
-    assert all(a.pod_name and a.pod_uid for a in alerts)
+    assert all(a.pod_name and a.pod_uid for a in alerts if a.alert == "GpuIdle")
+
+
+def test_gpu_telemetry_stale_follows_the_gaps_of_the_csv() -> None:
+    detector = AlertDetector(AlertRules(stale_after_s=300.0))
+    alerts = [
+        a
+        for _, event in genai_duty.plan(genai_duty.read_samples(SAMPLES), cluster="genai")
+        for a in detector.process(event)
+    ]
+    pod_of_node = {genai_duty.node_name(pod): pod for pod, _, _, _ in stale_alerts_from_csv(300.0)}
+    published = {
+        (pod_of_node[a.node or ""], a.state.value, a.event_time.timestamp(), a.since.timestamp())
+        for a in alerts
+        if a.alert == "GpuTelemetryStale"
+    }
+    expected = stale_alerts_from_csv(300.0)
+    assert expected, "the trace has gaps longer than 5 minutes"
+    assert published == expected
 
 
 def test_node_not_ready_and_back_opens_and_resolves() -> None:

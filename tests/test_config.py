@@ -102,6 +102,7 @@ WORKER_FLAG_DEFAULTS = {
     "idle_below": 5.0,
     "idle_for": 600.0,
     "pending_for": 300.0,
+    "stale_after": 300.0,
     "group_id": "gpulens-worker",
     "idle_ms": 3000,
     "source_timeout_s": 10.0,

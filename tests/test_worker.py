@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from alert_oracle import SAMPLES, idle_alerts_from_csv
+from alert_oracle import SAMPLES, idle_alerts_from_csv, stale_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pod_events import T0, at, leaving_at_a_window_start
@@ -305,6 +305,7 @@ def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
     cluster = f"idle-{unique}"
     samples = head_of(SAMPLES, 12_000, tmp_path / "duty.csv")
     expected = idle_alerts_from_csv(5.0, 600.0, samples)
+    stale = stale_alerts_from_csv(300.0, samples)  # the worker's default --stale-after
     command = gpulens(
         config_file, "worker", "--processors", "alerts", "--group", f"a-{unique}", "--idle-ms", "3000",
         "--source-timeout", "1",
@@ -325,9 +326,7 @@ def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
     alerts: list[Alert] = []
     deadline = time.monotonic() + 180
     try:
-        while time.monotonic() < deadline and len([a for a in alerts if a.alert == "GpuIdle"]) < len(
-            expected
-        ):
+        while time.monotonic() < deadline and len(alerts) < len(expected) + len(stale):
             for message in consumer.consume(1000, 0.5):
                 if message.error() is None:
                     alert = codec.decode(ALERTS, message.value())
@@ -342,7 +341,13 @@ def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
         if a.alert == "GpuIdle"
     }
     assert published == expected
-    assert len(alerts) == len(published)
+    pod_of_node = {genai_duty.node_name(pod): pod for pod, _, _, _ in stale}
+    assert {
+        (pod_of_node[a.node or ""], a.state.value, a.event_time.timestamp(), a.since.timestamp())
+        for a in alerts
+        if a.alert == "GpuTelemetryStale"
+    } == stale
+    assert len(alerts) == len(published) + len(stale)
 
 
 def test_a_worker_catching_up_on_a_backlog_holds_a_bounded_number_of_records(tmp_path: Path) -> None:

@@ -192,6 +192,19 @@ class GpuDevice(BaseModel):
     container_name: str | None
 
 
+class GpuHealth(BaseModel):
+    device_id: str
+    gpu_index: int
+    vendor: str
+    healthy: bool = Field(description="No critical condition holds (its newest health event by asOf).")
+    conditions: list[str] = Field(description="Critical conditions holding: xid-79, ecc-uncorrectable, ...")
+    cause: str = Field(description="What the newest event reported: xid, counters or cleared.")
+    xid: int | None
+    counters: dict[str, int] = Field(description="Error counters as NVML or amdsmi names them.")
+    message: str
+    last_seen: datetime = Field(description="Time of the newest health event.")
+
+
 class GpuMetric(BaseModel):
     gpu_index: int
     device_id: str

@@ -441,3 +441,20 @@ LEFT JOIN
 (quantiles of the windows' means, each weighted by its samples), max and sample counts, per
 hour and namespace, workload, or value of a pod label (``{label}``; workloads without it
 count under ""), from workload_gpu_usage (windows of an hour or less)."""
+
+NODE_GPU_HEALTH = f"""\
+SELECT device_id, s.1 AS gpu_index, s.2 AS vendor, s.3 AS healthy, s.4 AS conditions, s.5 AS cause,
+       s.6 AS xid, s.7 AS counters, s.8 AS message, last_seen
+FROM
+(
+    SELECT device_id,
+           argMax((gpu_index, vendor, healthy, conditions, cause, xid, counters, message),
+                  (event_time, event_id)) AS s,
+           max(event_time) AS last_seen
+    FROM gpu_health
+    WHERE cluster = {{cluster:String}} AND node = {{node:String}} AND event_time <= {AT}
+    GROUP BY device_id
+)
+ORDER BY gpu_index, device_id"""
+"""Each GPU of ``{node}`` as its newest health event by ``{at}`` says (GPUs the agent never
+reported health for are left out)."""

@@ -48,6 +48,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--idle-below", setting="idle_below", type=click.FloatRange(min=0))
 @_option("--idle-for", setting="idle_for", type=click.FloatRange(min=0))
 @_option("--pending-for", setting="pending_for", type=click.FloatRange(min=0))
+@_option("--stale-after", setting="stale_after", type=click.FloatRange(min=0, min_open=True))
 @_option("--group", setting="group_id")
 @_option("--idle-ms", setting="idle_ms", type=click.IntRange(min=0))
 @_option("--source-timeout", setting="source_timeout_s", type=click.FloatRange(min=0))
@@ -63,7 +64,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 def worker(context: Context, /, **_flags: object) -> None:
     """Turn event topics into windows, alerts, the device changelog and state tables.
 
-    Reads the node, workload, pod, inventory, container, sample and watermark topics in
+    Reads the node, workload, pod, inventory, container, GPU health, sample and watermark topics in
     event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage),
     gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
     (newest state of every pod, node, inventory, container and workload; with the `latest`
@@ -118,7 +119,11 @@ def worker(context: Context, /, **_flags: object) -> None:
             made.append(WorkloadUsageOperator(TumblingWindows(pipeline.window_s * 1000)))
         if "alerts" in chosen:
             made.append(
-                AlertOperator(AlertRules(pipeline.idle_below, pipeline.idle_for, pipeline.pending_for))
+                AlertOperator(
+                    AlertRules(
+                        pipeline.idle_below, pipeline.idle_for, pipeline.pending_for, pipeline.stale_after
+                    )
+                )
             )
         if "changelog" in chosen:
             made.append(DeviceChangelogOperator())

@@ -1,4 +1,5 @@
-"""Alerts as a stream, in event time: GpuIdle, GpuPodPending, NodeNotReady, GpuLost.
+"""Alerts as a stream, in event time: GpuIdle, GpuPodPending, NodeNotReady, GpuLost, GpuUnhealthy,
+GpuTelemetryStale.
 
 Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about.
 
@@ -13,16 +14,27 @@ Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about
   the pod is bound or deleted.
 - **NodeNotReady**: opens when a node's Ready condition goes false, resolves when it is back
   or the node is deleted.
-- **GpuLost**: a GPU vanished from its node's inventory; resolves if it comes back.
+- **GpuLost**: a GPU vanished from its node's inventory; resolves if it comes back. Its message
+  and labels carry the GPU's last health event (what the agent last said of it), if any.
+- **GpuUnhealthy**: a GPU's health event says it is not healthy (a critical XID, uncorrectable
+  ECC or RAS errors, pages or rows waiting for a reset: :mod:`gpulens.producers.agent.health`);
+  opens at that event, resolves at the first one that says it is healthy again.
+- **GpuTelemetryStale**: a node that sent GPU samples, holds GPU pods, and sent no sample for
+  more than ``stale_after_s``: opens at its last sample's time plus ``stale_after_s`` (or, for a
+  node that was silent that long already, when a pod starts holding GPUs there), resolves at its
+  next sample or when no pod holds GPUs there any more. Nodes that never sent samples (clusters
+  replayed from traces without them) never count.
 
 State is checkpointed key by key under ``[kind, cluster, ...]``: ``cluster`` (instant), ``run``
 (idle runs per GPU), ``pending`` (unbound GPU pods), ``holding`` (pods holding GPUs), ``node``,
-``gpus`` (each node's last inventory) and ``holders`` (see :mod:`gpulens.pipeline.holders`).
+``gpus`` (each node's last inventory), ``health`` (each GPU's last health event), ``sampled``
+(each node's last sample time) and ``holders`` (see :mod:`gpulens.pipeline.holders`).
 Each cluster's instant and keys follow the aggregators' skeleton (:mod:`gpulens.pipeline.aggregating`).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +53,7 @@ from gpulens.schemas.model.models import (
     ContainerEvent,
     DeviceInventory,
     Event,
+    GpuHealthEvent,
     GpuSampleBatch,
     NodeEvent,
     PodEvent,
@@ -57,6 +70,7 @@ class AlertRules:
     idle_below_pct: float = 5.0
     idle_for_s: float = 600.0
     pending_for_s: float = 300.0
+    stale_after_s: float = 300.0
 
 
 @dataclass(slots=True)
@@ -70,6 +84,25 @@ class _Pending:
     created: int
     event: PodEvent
     alerted: bool = False
+
+
+@dataclass(slots=True)
+class _Health:
+    """A GPU's last health event, as GpuLost and GpuUnhealthy need it."""
+
+    at: int
+    conditions: list[str]
+    message: str
+    unhealthy_since: int | None = None
+    """When its open GpuUnhealthy began; None when none is open."""
+
+
+@dataclass(slots=True)
+class _Sampled:
+    """A node's last GPU sample time, and whether a GpuTelemetryStale is open for it (since then)."""
+
+    last: int
+    stale: bool = False
 
 
 @dataclass(slots=True)
@@ -93,6 +126,13 @@ class _Cluster:
     holding: dict[str, tuple[str, float]] = field(default_factory=dict)
     """pod uid -> (node, GPUs) of pods holding GPUs."""
     nodes: dict[str, _NodeState] = field(default_factory=lambda: defaultdict(_NodeState))
+    health: dict[str, _Health] = field(default_factory=dict)
+    """GPU id -> its last health event."""
+    sampled: dict[str, _Sampled] = field(default_factory=dict)
+    """node -> its last sample."""
+    silences: list[tuple[int, str]] = field(default_factory=list)
+    """Heap of (last sample + stale_after, node), one per sample batch; an entry whose node sampled
+    since is skipped when it comes up. Rebuilt from ``sampled`` on restore."""
 
 
 class AlertDetector(BaseAggregator[_Cluster]):
@@ -110,8 +150,10 @@ class AlertDetector(BaseAggregator[_Cluster]):
         cluster = self._enter(event)
         at = cluster.instant
         alerts = self._expire_pending(cluster, at)
+        alerts += self._expire_silences(cluster, at)
         if isinstance(event, GpuSampleBatch | SampleColumns):
             alerts += self._samples(cluster, event)
+            alerts += self._sampled(cluster, event.node)
         elif isinstance(event, ContainerEvent):
             cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
@@ -120,6 +162,8 @@ class AlertDetector(BaseAggregator[_Cluster]):
             alerts += self._node(cluster, event)
         elif isinstance(event, PodEvent):
             alerts += self._pod(cluster, event)
+        elif isinstance(event, GpuHealthEvent):
+            alerts += self._health(cluster, event)
         return alerts
 
     # --- GpuIdle ------------------------------------------------------------------------------
@@ -198,11 +242,24 @@ class AlertDetector(BaseAggregator[_Cluster]):
         if before is None:
             return []
         return [
-            *(self._gpu_lost(inventory, gpu, AlertState.OPENED) for gpu in sorted(before - now)),
-            *(self._gpu_lost(inventory, gpu, AlertState.RESOLVED) for gpu in sorted(now - before)),
+            *(self._gpu_lost(cluster, inventory, gpu, AlertState.OPENED) for gpu in sorted(before - now)),
+            *(self._gpu_lost(cluster, inventory, gpu, AlertState.RESOLVED) for gpu in sorted(now - before)),
         ]
 
-    def _gpu_lost(self, inventory: DeviceInventory, gpu: str, state: AlertState) -> Alert:
+    def _gpu_lost(self, cluster: _Cluster, inventory: DeviceInventory, gpu: str, state: AlertState) -> Alert:
+        message = (
+            f"GPU {gpu} vanished from the inventory of {inventory.node}"
+            if state is AlertState.OPENED
+            else f"GPU {gpu} is back in the inventory of {inventory.node}"
+        )
+        labels = {}
+        health = cluster.health.get(gpu)
+        if health is not None and state is AlertState.OPENED:
+            message += f"; last health event at {from_ms(health.at).isoformat()}: {health.message}"
+            labels = {
+                "last_health_time": from_ms(health.at).isoformat(),
+                "last_health_conditions": ",".join(health.conditions),
+            }
         return Alert(
             event_id=event_id(inventory.cluster, "GpuLost", gpu, inventory.event_id, state.value),
             cluster=inventory.cluster,
@@ -214,11 +271,122 @@ class AlertDetector(BaseAggregator[_Cluster]):
             node=inventory.node,
             gpu_id=gpu,
             since=inventory.event_time,
+            message=message,
+            labels=labels,
+        )
+
+    # --- GpuUnhealthy -------------------------------------------------------------------------
+
+    def _health(self, cluster: _Cluster, event: GpuHealthEvent) -> list[Alert]:
+        at, gpu = cluster.instant, event.device_id
+        before = cluster.health.get(gpu)
+        since = before.unhealthy_since if before is not None else None
+        health = cluster.health[gpu] = _Health(at, list(event.conditions), event.message, since)
+        self._changed.add(("health", event.cluster, gpu))
+        if not event.healthy and since is None:
+            health.unhealthy_since = at
+            return [self._unhealthy(cluster, event, at, AlertState.OPENED)]
+        if event.healthy and since is not None:
+            health.unhealthy_since = None
+            return [self._unhealthy(cluster, event, since, AlertState.RESOLVED)]
+        return []
+
+    def _unhealthy(self, cluster: _Cluster, event: GpuHealthEvent, since: int, state: AlertState) -> Alert:
+        gpu = event.device_id
+        holder = cluster.holders.holder(cluster.holders.gpu(gpu))
+        labels = {"cause": event.cause, "vendor": event.vendor}
+        if event.conditions:
+            labels["conditions"] = ",".join(event.conditions)
+        if event.xid is not None:
+            labels["xid"] = str(event.xid)
+        return Alert(
+            event_id=event_id(event.cluster, "GpuUnhealthy", gpu, since, state.value),
+            cluster=event.cluster,
+            event_time=event.event_time,
+            source=SOURCE,
+            alert="GpuUnhealthy",
+            state=state,
+            entity=gpu,
+            node=event.node,
+            gpu_id=gpu,
+            pod_uid=holder.uid if holder else None,
+            pod_namespace=holder.namespace if holder else None,
+            pod_name=holder.name if holder else None,
+            since=from_ms(since),
+            message=event.message,
+            labels=labels,
+        )
+
+    # --- GpuTelemetryStale --------------------------------------------------------------------
+
+    def _sampled(self, cluster: _Cluster, node: str) -> list[Alert]:
+        at = cluster.instant
+        sampled = cluster.sampled.get(node)
+        cluster.sampled[node] = _Sampled(at)
+        heapq.heappush(cluster.silences, (at + self._stale_ms, node))
+        self._changed.add(("sampled", cluster.name, node))
+        if sampled is None or not sampled.stale:
+            return []
+        return [self._stale_alert(cluster, node, sampled.last, at, AlertState.RESOLVED, "samples are back")]
+
+    @property
+    def _stale_ms(self) -> int:
+        return round(self.rules.stale_after_s * 1000)
+
+    def _expire_silences(self, cluster: _Cluster, at: int) -> list[Alert]:
+        """GpuTelemetryStale for nodes whose silence grew longer than the rule before ``at``."""
+        alerts = []
+        silences = cluster.silences
+        while silences and silences[0][0] < at:
+            deadline, node = heapq.heappop(silences)
+            sampled = cluster.sampled.get(node)
+            if sampled is None or sampled.last + self._stale_ms != deadline:
+                continue  # it sampled since
+            if not sampled.stale and _holds_gpus(cluster, node):
+                sampled.stale = True
+                self._changed.add(("sampled", cluster.name, node))
+                alerts.append(self._stale_alert(cluster, node, sampled.last, deadline, AlertState.OPENED, ""))
+        return alerts
+
+    def _holding(self, cluster: _Cluster, node: str) -> list[Alert]:
+        """GpuTelemetryStale of ``node`` after the GPUs its pods hold changed: it opens on a node
+        silent too long already, resolves when no pod holds GPUs there any more."""
+        at, sampled = cluster.instant, cluster.sampled.get(node)
+        if sampled is None:
+            return []
+        holds = _holds_gpus(cluster, node)
+        if sampled.stale and not holds:
+            sampled.stale = False
+            self._changed.add(("sampled", cluster.name, node))
+            return [
+                self._stale_alert(cluster, node, sampled.last, at, AlertState.RESOLVED, "no GPU pods left")
+            ]
+        if not sampled.stale and holds and at - sampled.last > self._stale_ms:
+            sampled.stale = True
+            self._changed.add(("sampled", cluster.name, node))
+            return [self._stale_alert(cluster, node, sampled.last, at, AlertState.OPENED, "")]
+        return []
+
+    def _stale_alert(
+        self, cluster: _Cluster, node: str, last: int, at: int, state: AlertState, outcome: str
+    ) -> Alert:
+        silent = timedelta(milliseconds=at - last)
+        return Alert(
+            event_id=event_id(cluster.name, "GpuTelemetryStale", node, last, state.value),
+            cluster=cluster.name,
+            event_time=from_ms(at),
+            source=SOURCE,
+            alert="GpuTelemetryStale",
+            state=state,
+            entity=node,
+            node=node,
+            since=from_ms(last),
             message=(
-                f"GPU {gpu} vanished from the inventory of {inventory.node}"
+                f"no GPU samples from {node} for {silent} while its pods hold GPUs"
                 if state is AlertState.OPENED
-                else f"GPU {gpu} is back in the inventory of {inventory.node}"
+                else f"GPU telemetry of {node} after {silent} silent: {outcome}"
             ),
+            labels={"stale_after_s": f"{self.rules.stale_after_s:g}"},
         )
 
     # --- NodeNotReady -------------------------------------------------------------------------
@@ -258,13 +426,17 @@ class AlertDetector(BaseAggregator[_Cluster]):
     def _pod(self, cluster: _Cluster, event: PodEvent) -> list[Alert]:
         previous = cluster.holding.pop(event.uid, None)
         changed = self._changed
+        touched = []
         if previous is not None:
             cluster.nodes[previous[0]].held -= previous[1]
             changed.update((("holding", event.cluster, event.uid), ("node", event.cluster, previous[0])))
+            touched.append(previous[0])
         if event.holds_gpus and event.node is not None:
             cluster.holding[event.uid] = (event.node, event.gpu_amount)
             cluster.nodes[event.node].held += event.gpu_amount
             changed.update((("holding", event.cluster, event.uid), ("node", event.cluster, event.node)))
+            touched.append(event.node)
+        alerts = [alert for node in dict.fromkeys(touched) for alert in self._holding(cluster, node)]
         waiting = event.type != ChangeType.DELETED and event.node is None and event.gpu_amount > 0
         pending = cluster.pending.get(event.uid)
         if waiting or pending is not None:
@@ -274,14 +446,15 @@ class AlertDetector(BaseAggregator[_Cluster]):
                 cluster.pending[event.uid] = _Pending(to_ms(event.creation_time), event)
             else:
                 pending.event = event  # keep the scheduler's latest reason
-            return []
+            return alerts
         if pending is None:
-            return []
+            return alerts
         del cluster.pending[event.uid]
         if not pending.alerted:
-            return []
+            return alerts
         outcome = "deleted" if event.type == ChangeType.DELETED else f"bound to {event.node}"
-        return [self._pending_alert(cluster, pending, to_ms(event.event_time), AlertState.RESOLVED, outcome)]
+        at = to_ms(event.event_time)
+        return [*alerts, self._pending_alert(cluster, pending, at, AlertState.RESOLVED, outcome)]
 
     def _expire_pending(self, cluster: _Cluster, at: int) -> list[Alert]:
         due_ms = self.rules.pending_for_s * 1000
@@ -346,7 +519,8 @@ class AlertDetector(BaseAggregator[_Cluster]):
         yield from (("holders", cluster.name, *key) for key in cluster.holders.live())
         for kind, entries in (
             ("gpus", cluster.gpus), ("run", cluster.runs), ("pending", cluster.pending),
-            ("holding", cluster.holding), ("node", cluster.nodes),
+            ("holding", cluster.holding), ("node", cluster.nodes), ("health", cluster.health),
+            ("sampled", cluster.sampled),
         ):  # fmt: skip
             yield from ((kind, cluster.name, entity) for entity in entries)
 
@@ -370,6 +544,14 @@ class AlertDetector(BaseAggregator[_Cluster]):
         if kind == "holding":
             holding = cluster.holding.get(entity)
             return None if holding is None else list(holding)
+        if kind == "health":
+            health = cluster.health.get(entity)
+            if health is None:
+                return None
+            return [health.at, health.conditions, health.message, health.unhealthy_since]
+        if kind == "sampled":
+            sampled = cluster.sampled.get(entity)
+            return None if sampled is None else [sampled.last, sampled.stale]
         node = cluster.nodes.get(entity)
         if node is None:
             return None
@@ -390,5 +572,16 @@ class AlertDetector(BaseAggregator[_Cluster]):
             cluster.pending[entity] = _Pending(created, PodEvent.model_validate(event), alerted)
         elif kind == "holding":
             cluster.holding[entity] = (value[0], value[1])
+        elif kind == "health":
+            cluster.health[entity] = _Health(*value)
+        elif kind == "sampled":
+            cluster.sampled[entity] = _Sampled(*value)
+            heapq.heappush(cluster.silences, (value[0] + self._stale_ms, entity))
         else:
             cluster.nodes[entity] = _NodeState(*value)
+
+
+def _holds_gpus(cluster: _Cluster, node: str) -> bool:
+    """Pods hold GPUs on ``node`` (a sum of shares back at zero may keep a rounding rest)."""
+    state = cluster.nodes.get(node)
+    return state is not None and round(state.held, 9) > 0

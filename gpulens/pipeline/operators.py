@@ -34,6 +34,7 @@ from gpulens.schemas.model.topics import (
     CONTAINERS,
     DEVICE_CHANGELOG,
     DEVICE_INVENTORY,
+    GPU_HEALTH,
     GPU_SAMPLES,
     NODE_ALLOCATION,
     NODES,
@@ -46,7 +47,7 @@ from gpulens.schemas.model.topics import (
 )
 from gpulens.schemas.wire.sample_columns import SampleColumns
 
-INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_SAMPLES, WATERMARKS)
+INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_HEALTH, GPU_SAMPLES, WATERMARKS)
 """At one instant, records are applied in this topic order (nodes before the pods on them, ...)."""
 
 Row = Record | Tombstone
@@ -136,10 +137,10 @@ class WorkloadUsageOperator:
 
 
 class AlertOperator(_Unwindowed):
-    """GpuIdle, GpuPodPending, NodeNotReady and GpuLost alerts."""
+    """GpuIdle, GpuPodPending, NodeNotReady, GpuLost, GpuUnhealthy and GpuTelemetryStale alerts."""
 
     name = "alerts"
-    inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES)
+    inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_HEALTH, GPU_SAMPLES)
 
     def __init__(self, rules: AlertRules) -> None:
         self.state = self._detector = AlertDetector(rules)

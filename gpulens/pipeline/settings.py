@@ -57,6 +57,12 @@ class PipelineSettings(BaseModel):
         default=600.0, ge=0, description="GpuIdle: how long under the threshold, seconds."
     )
     pending_for: float = Field(default=300.0, ge=0, description="GpuPodPending: how long unbound, seconds.")
+    stale_after: float = Field(
+        default=300.0,
+        gt=0,
+        description="GpuTelemetryStale: how long a node holding GPU pods may send no GPU sample, "
+        "event-time seconds (Prometheus's own staleness: 5 minutes).",
+    )
     group_id: str = Field(
         default="gpulens-worker",
         min_length=1,

@@ -72,6 +72,55 @@ class AmdSmiClkType(IntEnum):
     MEM = 4
 
 
+class AmdSmiGpuBlock(IntEnum):
+    """RAS blocks: bits of amdsmi_get_gpu_ecc_enabled's mask (amdsmi_wrapper's values)."""
+
+    INVALID = 0
+    UMC = 1
+    SDMA = 2
+    GFX = 4
+    MMHUB = 8
+    ATHUB = 16
+    PCIE_BIF = 32
+    HDP = 64
+    XGMI_WAFL = 128
+    DF = 256
+    SMN = 512
+    SEM = 1024
+    MP0 = 2048
+    MP1 = 4096
+    FUSE = 8192
+    MCA = 16384
+    VCN = 32768
+    JPEG = 65536
+    IH = 131072
+    MPIO = 262144
+    RESERVED = 9223372036854775808
+
+
+MI300X_RAS_BLOCKS = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
+"""The blocks whose RAS an MI300X enables (those ``amd-smi metric --ecc-blocks`` lists on one)."""
+
+
+def ras_counts(correctable: int = 0, uncorrectable: int = 0, deferred: int = 0) -> dict[str, int]:
+    """One block's (or the total) error counts as amdsmi_get_gpu_ecc_count returns them."""
+    return {
+        "correctable_count": correctable,
+        "uncorrectable_count": uncorrectable,
+        "deferred_count": deferred,
+    }
+
+
+MI300X_UMC_UNCORRECTABLE = {
+    "total": ras_counts(correctable=12, uncorrectable=1, deferred=1),
+    "UMC": ras_counts(correctable=12, uncorrectable=1, deferred=1),
+}
+"""An MI300X's RAS counts after an uncorrectable HBM (UMC) error, as amdsmi returns them
+(amdsmi_get_gpu_total_ecc_count, amdsmi_get_gpu_ecc_count per block; ``amd-smi metric
+--ecc-blocks`` prints the same as UMC: CORRECTABLE_COUNT 12, UNCORRECTABLE_COUNT 1,
+DEFERRED_COUNT 1); the other blocks stay at 0."""
+
+
 @dataclass(frozen=True)
 class ProcessorHandle:
     """Stands for amdsmi_wrapper.amdsmi_processor_handle (an opaque pointer)."""
@@ -101,6 +150,8 @@ class AmdGpu(TypedDict):
     energy: dict[str, Any]
     pcie_bandwidth: int | str
     ecc: dict[str, Any]
+    ras: dict[str, dict[str, int]]
+    """RAS-enabled block name -> its error counts (amdsmi_get_gpu_ecc_count)."""
     clocks: dict[str, int]
 
 
@@ -157,7 +208,8 @@ def mi300x(index: int) -> AmdGpu:
         },
         "energy": {"energy_accumulator": 1234567890, "counter_resolution": 15.259, "timestamp": 1730000000},
         "pcie_bandwidth": 128000,
-        "ecc": {"correctable_count": 3, "uncorrectable_count": 0, "deferred_count": 0},
+        "ecc": ras_counts(correctable=3),
+        "ras": {block: ras_counts(correctable=3 if block == "UMC" else 0) for block in MI300X_RAS_BLOCKS},
         "clocks": {"GFX": 2100, "MEM": 1300},
     }
 
@@ -191,6 +243,7 @@ class FakeAmdSmi:
     AmdSmiTemperatureType: TypeAlias = AmdSmiTemperatureType
     AmdSmiTemperatureMetric: TypeAlias = AmdSmiTemperatureMetric
     AmdSmiClkType: TypeAlias = AmdSmiClkType
+    AmdSmiGpuBlock: TypeAlias = AmdSmiGpuBlock
 
     def __init__(self, gpus: list[AmdGpu], *, init_error: int | None = None) -> None:
         self.gpus = gpus
@@ -279,3 +332,13 @@ class FakeAmdSmi:
     def amdsmi_get_clock_info(self, handle: ProcessorHandle, clock_type: AmdSmiClkType) -> dict[str, Any]:
         clk = self._gpu(handle)["clocks"][clock_type.name]
         return {"clk": clk, "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": 0}
+
+    def amdsmi_get_gpu_ecc_enabled(self, handle: ProcessorHandle) -> int:
+        mask = 0
+        for block in self._gpu(handle)["ras"]:
+            mask |= AmdSmiGpuBlock[block].value
+        return mask
+
+    def amdsmi_get_gpu_ecc_count(self, handle: ProcessorHandle, block: AmdSmiGpuBlock) -> dict[str, int]:
+        assert isinstance(block, AmdSmiGpuBlock)
+        return dict(self._supported(self._gpu(handle)["ras"].get(block.name)))

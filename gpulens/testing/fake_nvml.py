@@ -4,10 +4,16 @@ Constants, structs and errors are pynvml's own (pynvml imports without NVML); on
 functions that would call libnvidia-ml are replaced, returning what NVML returns on the real
 boards (units as NVML gives them: mW, mJ, KiB/s, bytes) and raising NVMLError where it does
 (NOT_SUPPORTED for MIG-device readings, NOT_FOUND for empty MIG slots).
+
+Health as NVML reports it: XID events queued by :meth:`FakeNvml.xid` come out of
+``nvmlEventSetWait_v2`` in the shape of ``c_nvmlEventData_t`` (then NVML_ERROR_TIMEOUT), for
+GPUs registered for ``nvmlEventTypeXidCriticalError``; volatile ECC counts, retired pages
+(NOT_SUPPORTED on Ampere and later, as on the real boards) and remapped rows per GPU.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +45,23 @@ class FakeGpu:
     vbios: str = "96.00.89.00.01"
     migs: list[FakeGpu | None] = field(default_factory=list)
     """MIG slots (None: empty); a non-empty list means MIG mode is on."""
+    ecc_volatile_corrected: int = 0
+    ecc_volatile_uncorrected: int = 0
+    retired_pages: tuple[list[int], list[int], int] | None = None
+    """(single-bit addresses, double-bit addresses, pending: NVML_FEATURE_*); None: NOT_SUPPORTED."""
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """nvmlDeviceGetRemappedRows: (correctable, uncorrectable, pending, failure occurred)."""
+
+
+@dataclass(frozen=True)
+class FakeEventData:
+    """``c_nvmlEventData_t``'s fields; ``device`` is the handle of the GPU it happened on."""
+
+    device: Any
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF  # not a MIG instance
+    computeInstanceId: int = 0xFFFFFFFF
 
 
 def h100(index: int) -> FakeGpu:
@@ -112,6 +135,29 @@ def a100_mig(index: int) -> FakeGpu:
     )
 
 
+XID_INCIDENT: tuple[tuple[str, dict[str, int]], ...] = (
+    (
+        "NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+        "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+        {"eventType": 0x8, "eventData": 13, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF},
+    ),
+    (
+        "NVRM: Xid (PCI:0000:38:00): 94, pid=2254117, name=python3, Contained: SM (0x1). RST: No, D-RST: No",
+        {"eventType": 0x8, "eventData": 94, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF},
+    ),
+    (
+        "NVRM: Xid (PCI:0000:38:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row "
+        "(0x0000000000c4e2a1) Marked for Remapping, reset gpu to activate.",
+        {"eventType": 0x8, "eventData": 63, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF},
+    ),
+)
+"""An H100's (:func:`h100` 2, PCI 0000:38:00) XIDs as the driver logs them in dmesg, each with the
+``c_nvmlEventData_t`` nvmlEventSetWait_v2 returns for it (eventType nvmlEventTypeXidCriticalError,
+eventData the XID, instance ids 0xFFFFFFFF off MIG): an application's illegal instruction (13),
+then an uncorrectable HBM error contained to the process (94) and the row marked for remapping
+at the next reset (63)."""
+
+
 @dataclass(frozen=True)
 class _Handle:
     gpu: FakeGpu
@@ -129,9 +175,19 @@ class FakeNvml:
         self.gpus = gpus
         self.driver = driver
         self.init_error = init_error
+        self.registered: dict[str, int] = {}
+        """GPU uuid -> event types registered (one event set per node, as the agent makes it)."""
+        self._queue: list[FakeEventData] = []
+
+    def happen(self, index: int, payload: Mapping[str, int]) -> None:
+        """The event ``payload`` (``c_nvmlEventData_t``'s fields but the device) happens on GPU
+        ``index``: queued only if its type is registered for that GPU, as in NVML."""
+        gpu = self.gpus[index]
+        if self.registered.get(gpu.uuid, 0) & payload["eventType"]:
+            self._queue.append(FakeEventData(_Handle(gpu), **payload))
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("NVML_"):  # constants are the real ones
+        if name.startswith(("NVML_", "nvmlEventType")):  # constants are the real ones
             return getattr(pynvml, name)
         raise AttributeError(name)
 
@@ -203,12 +259,6 @@ class FakeNvml:
         gpu = self._whole_gpu(handle)
         return gpu.pcie_tx_kib if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else gpu.pcie_rx_kib
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, error_type: int, counter_type: int) -> int:
-        gpu = self._whole_gpu(handle)
-        assert counter_type == pynvml.NVML_AGGREGATE_ECC
-        corrected = error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
-        return gpu.ecc_corrected if corrected else gpu.ecc_uncorrected
-
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
         mode = (
             pynvml.NVML_DEVICE_MIG_ENABLE if self._whole_gpu(handle).migs else pynvml.NVML_DEVICE_MIG_DISABLE
@@ -224,3 +274,43 @@ class FakeNvml:
         if mig is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return _Handle(mig, is_mig=True)
+
+    def nvmlEventSetCreate(self) -> object:
+        return object()
+
+    def nvmlEventSetFree(self, _events: object) -> None:
+        pass
+
+    def nvmlDeviceRegisterEvents(self, handle: _Handle, event_types: int, _events: object) -> None:
+        gpu = self._whole_gpu(handle)
+        self.registered[gpu.uuid] = self.registered.get(gpu.uuid, 0) | event_types
+
+    def nvmlEventSetWait_v2(self, _events: object, timeout_ms: int) -> FakeEventData:
+        if not self._queue:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        return self._queue.pop(0)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, error_type: int, counter_type: int) -> int:
+        gpu = self._whole_gpu(handle)
+        corrected = error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        if counter_type == pynvml.NVML_VOLATILE_ECC:
+            return gpu.ecc_volatile_corrected if corrected else gpu.ecc_volatile_uncorrected
+        assert counter_type == pynvml.NVML_AGGREGATE_ECC
+        return gpu.ecc_corrected if corrected else gpu.ecc_uncorrected
+
+    def nvmlDeviceGetRetiredPages(self, handle: _Handle, cause: int) -> list[int]:
+        pages = self._whole_gpu(handle).retired_pages
+        if pages is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        single, double, _ = pages
+        sbe = cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        return list(single if sbe else double)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: _Handle) -> int:
+        pages = self._whole_gpu(handle).retired_pages
+        if pages is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return pages[2]
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+        return self._whole_gpu(handle).remapped_rows

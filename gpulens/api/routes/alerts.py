@@ -13,7 +13,9 @@ from gpulens.api.parameters import AsOf, Cluster, Db, Paging, at, paged, utc
 router = APIRouter(tags=["alerts"])
 
 STATES = {"open": "OPENED", "resolved": "RESOLVED"}
-AlertName = Literal["GpuIdle", "GpuPodPending", "NodeNotReady", "GpuLost"]
+AlertName = Literal[
+    "GpuIdle", "GpuPodPending", "NodeNotReady", "GpuLost", "GpuUnhealthy", "GpuTelemetryStale"
+]
 
 
 @router.get("/alerts", response_model=Paged[Alert])

@@ -10,6 +10,7 @@ from gpulens.api import queries
 from gpulens.api.models import (
     Failure,
     GpuDevice,
+    GpuHealth,
     GpuMetric,
     HeldPeriod,
     Listing,
@@ -70,6 +71,14 @@ def gpu_devices(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) ->
     for row in rows:  # a free GPU joins no holder: ClickHouse's empty strings, shown as null
         for key in ("pod_namespace", "pod_name", "container_name"):
             row[key] = row[key] or None
+    return {"asOf": as_of, "data": rows}
+
+
+@router.get("/{name}/gpuHealth", response_model=Listing[GpuHealth])
+def gpu_health(name: NodeName, cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
+    """The node's GPUs as their newest health event by ``asOf`` says: healthy or the critical
+    conditions holding (XID, uncorrectable ECC or RAS errors, ...) and the error counters."""
+    rows = db.rows(queries.NODE_GPU_HEALTH, {"cluster": cluster, "node": name, "at": at(as_of)})
     return {"asOf": as_of, "data": rows}
 
 

@@ -23,6 +23,7 @@ from gpulens.schemas.model.models import (
     DeviceChange,
     DeviceInventory,
     Event,
+    GpuHealthEvent,
     GpuSampleBatch,
     NodeEvent,
     NodeGpuAllocation,
@@ -140,6 +141,14 @@ SAMPLES = Layout(
 )
 """One row per GPU of a batch: what migration 0011's view makes of the batches ClickHouse decodes."""
 
+GPU_HEALTH = Layout(
+    GpuHealthEvent,
+    "gpu_health",
+    *("event_id", "cluster", "event_time", "source", "node", "device_id", ("gpu_index", "index"), "vendor"),
+    *("healthy", "conditions", "cause", "xid", "counters", "message"),
+)
+"""One row per health event (migration 0014)."""
+
 ALLOCATION_METRICS = (
     *("window_start", "window_end", "gpu_capacity", "gpus_allocated_avg", "gpus_allocated_max"),
     *("gpus_allocated_end", "allocation_rate_avg", "pods_running_end", "pods_pending_end"),
@@ -166,7 +175,7 @@ DEVICE_CHANGELOG = Layout(DeviceChange, "device_changelog", *DeviceChange.model_
 LAYOUTS: tuple[Layout[Any], ...] = (
     *(NODES, PODS, WORKLOADS, CONTAINERS, CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, SAMPLES),
     *(CLUSTER_GPU_ALLOCATION, NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW),
-    *(ALERTS, DEVICE_CHANGELOG),
+    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH),
 )
 """Every table the sink writes, described (storage events and watermarks: none yet)."""
 

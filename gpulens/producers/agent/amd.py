@@ -5,6 +5,11 @@ The library is passed in (``library=``), defaulting to the real ``amdsmi`` modul
 exceptions, which is the only seam. Without ``libamd_smi.so`` the import prints two lines to
 stdout and raises ``KeyError('libamd_smi.so')``; the prints are swallowed here so that they
 never reach a stdout someone may be parsing.
+
+Health (:meth:`AmdCollector.health`) is the RAS error counts: the total
+(``amdsmi_get_gpu_total_ecc_count``) and those of every block whose RAS is enabled
+(``amdsmi_get_gpu_ecc_enabled``'s mask, ``amdsmi_get_gpu_ecc_count`` per block), counted since
+the driver loaded: a driver reload or GPU reset zeroes them, which is when the condition clears.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from gpulens.producers.agent.collecting import integer, number, optional, text
+from gpulens.producers.agent.collecting import HealthReading, integer, number, optional, text
 from gpulens.producers.agent.exceptions import CollectionError, CollectorUnavailable
 from gpulens.schemas.model.models import GpuDevice, GpuSample
 
@@ -24,6 +29,8 @@ log = logging.getLogger(__name__)
 
 DRIVER_NOT_LOADED = 34
 """AMDSMI_STATUS_DRIVER_NOT_LOADED: the library is there, the amdgpu driver is not."""
+RAS_COUNTS = ("correctable_count", "uncorrectable_count", "deferred_count")
+"""The keys of amdsmi's error counts, total and per block."""
 
 
 def import_amdsmi() -> ModuleType:
@@ -164,3 +171,27 @@ class AmdCollector:
                 )
             )
         return samples
+
+    def health(self) -> list[HealthReading]:
+        readings = []
+        for index, (handle, device_id) in enumerate(zip(self._handles, self._ids, strict=True)):
+            counters = _counts("", self._read("amdsmi_get_gpu_total_ecc_count", handle))
+            enabled = integer(self._read("amdsmi_get_gpu_ecc_enabled", handle)) or 0
+            failing = []
+            for block in self._lib.AmdSmiGpuBlock:
+                if block.value & enabled and block.name not in ("INVALID", "RESERVED"):
+                    name = block.name.lower()
+                    counts = _counts(f"{name}.", self._read("amdsmi_get_gpu_ecc_count", handle, block))
+                    counters |= counts
+                    if counts.get(f"{name}.uncorrectable_count", 0) > 0:
+                        failing.append(f"ras-uncorrectable.{name}")
+            if not failing and counters.get("uncorrectable_count", 0) > 0:
+                failing.append("ras-uncorrectable")
+            readings.append(HealthReading(device_id, index, "AMD", tuple(failing), counters))
+        return readings
+
+
+def _counts(prefix: str, answer: dict[str, object] | None) -> dict[str, int]:
+    """amdsmi's error counts (absent or "N/A" ones left out), each key after ``prefix``."""
+    found = {key: integer((answer or {}).get(key)) for key in RAS_COUNTS}
+    return {f"{prefix}{key}": value for key, value in found.items() if value is not None}

@@ -9,6 +9,7 @@ from typing import Any
 from gpulens.producers.agent.amd import AmdCollector
 from gpulens.producers.agent.collecting import BaseCollector
 from gpulens.producers.agent.events import NodeIdentity
+from gpulens.producers.agent.health import HealthRules
 from gpulens.producers.agent.metrics import AgentMetrics
 from gpulens.producers.agent.nvidia import NvidiaCollector
 from gpulens.producers.agent.podresources import PodResourcesCollector
@@ -71,5 +72,6 @@ def build_agent(
         metrics,
         sample_interval_s=settings.sample_interval_s,
         inventory_interval_s=settings.inventory_interval_s,
+        health_rules=HealthRules(settings.xid_hold_s, settings.ignored_xids),
         clock=clock,
     )

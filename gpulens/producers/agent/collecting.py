@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from gpulens.schemas.model.models import DeviceAssignment, GpuDevice, GpuSample, RdmaDevice
@@ -40,6 +41,29 @@ class BaseGpuCollector(BaseCollector, Protocol):
 
     def samples(self) -> list[GpuSample]:
         """One sample of every GPU, read now; unsupported readings are null."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReading:
+    """One GPU's health as its library reports it in one round."""
+
+    device_id: str
+    index: int
+    vendor: str
+    conditions: tuple[str, ...] = ()
+    """Critical conditions the counters show now (ecc-uncorrectable, row-remap-pending, ...)."""
+    counters: Mapping[str, int] = field(default_factory=dict)
+    """Error counters, named as the library names them."""
+    xids: tuple[int, ...] = ()
+    """XIDs that arrived since the last round, in order (NVIDIA only)."""
+
+
+@runtime_checkable
+class BaseHealthCollector(BaseCollector, Protocol):
+    """GPUs whose library reports errors: XID events, ECC and RAS counters, retired memory."""
+
+    def health(self) -> list[HealthReading]:
+        """Every whole GPU's health now (after :meth:`BaseGpuCollector.gpus` enumerated them)."""
 
 
 @runtime_checkable

@@ -1,11 +1,13 @@
 """The agent's Prometheus metrics, in a registry of its own so that two agents never collide:
-its own health, and its node's per-GPU gauges (:mod:`gpulens.producers.agent.gauges`)."""
+its own health, its node's per-GPU gauges (:mod:`gpulens.producers.agent.gauges`) and their
+health (:mod:`gpulens.producers.agent.health`)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpulens.producers.agent.gauges import GpuGauges
+from gpulens.producers.agent.health import HealthGauges
 
 
 class AgentMetrics:
@@ -16,6 +18,8 @@ class AgentMetrics:
         self.registry = registry or CollectorRegistry()
         self.gpus = GpuGauges()
         self.registry.register(self.gpus)
+        self.health = HealthGauges()
+        self.registry.register(self.health)
         self.collector_enabled = Gauge(
             "gpulens_agent_collector_enabled",
             "1 while the collector works, 0 once switched off (library, socket or tree missing).",

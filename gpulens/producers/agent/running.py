@@ -1,5 +1,6 @@
 """The agent loop: every interval one GpuSampleBatch, inventory when it changed, container changes,
-and the round's samples on the agent's own /metrics (:class:`~gpulens.producers.agent.gauges.GpuGauges`).
+GPU health changes (:mod:`gpulens.producers.agent.health`), and the round's samples on the agent's
+own /metrics (:class:`~gpulens.producers.agent.gauges.GpuGauges`).
 
 One thread does everything (collection, delivery callbacks, spooling), so nothing here
 needs a lock. A collector that cannot work on this node is switched off once, at start, with
@@ -22,14 +23,17 @@ from gpulens.producers.agent.collecting import (
     BaseAssignmentCollector,
     BaseCollector,
     BaseGpuCollector,
+    BaseHealthCollector,
     BaseRdmaCollector,
+    HealthReading,
 )
 from gpulens.producers.agent.events import ContainerTracker, NodeIdentity, inventory_event, sample_batch
 from gpulens.producers.agent.exceptions import CollectorUnavailable
+from gpulens.producers.agent.health import HealthRules, HealthTracker
 from gpulens.producers.agent.metrics import AgentMetrics
 from gpulens.producers.agent.sending import SpoolingSender
 from gpulens.schemas.model.models import GpuDevice, GpuSample, RdmaDevice
-from gpulens.schemas.model.topics import CONTAINERS, DEVICE_INVENTORY, GPU_SAMPLES
+from gpulens.schemas.model.topics import CONTAINERS, DEVICE_INVENTORY, GPU_HEALTH, GPU_SAMPLES
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,7 @@ class NodeAgent:
         *,
         sample_interval_s: float = 5.0,
         inventory_interval_s: float = 600.0,
+        health_rules: HealthRules | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.who = who
@@ -80,6 +85,7 @@ class NodeAgent:
         self._inventory_every = timedelta(seconds=inventory_interval_s)
         self._clock = clock
         self._tracker = ContainerTracker(who)
+        self._health = HealthTracker(who, health_rules or HealthRules())
         self._inventory: tuple[list[GpuDevice], list[RdmaDevice]] | None = None
         self._inventory_at: datetime | None = None
         self._failing: set[str] = set()
@@ -127,6 +133,14 @@ class NodeAgent:
             self._publish_inventory(at, gpus, rdma)
         if samples:
             self._sender.send(GPU_SAMPLES, sample_batch(self.who, at, samples))
+        readings: list[HealthReading] = []
+        for health in (c for c in self._active if isinstance(c, BaseHealthCollector)):
+            readings += self._collect(health, health.health, f"{health.name}-health") or []
+        if readings:
+            changes = self._health.changes(readings, at)
+            for change in changes:
+                self._sender.send(GPU_HEALTH, change)
+            self._metrics.health.update([self._health.latest[r.device_id] for r in readings])
         for mapping in (c for c in self._active if isinstance(c, BaseAssignmentCollector)):
             held = self._collect(mapping, mapping.assignments)
             if held is not None:
@@ -142,19 +156,21 @@ class NodeAgent:
             self._sender.send(DEVICE_INVENTORY, inventory_event(self.who, at, gpus, rdma))
             self._inventory, self._inventory_at = (gpus, rdma), at
 
-    def _collect(self, collector: BaseCollector, read: Callable[[], T]) -> T | None:
+    def _collect(self, collector: BaseCollector, read: Callable[[], T], name: str | None = None) -> T | None:
+        """``read()``, or None when it fails; ``name`` (default: the collector's) labels its metrics."""
+        name = name or collector.name
         try:
             value = read()
         except Exception as err:  # one misbehaving library must not stop the node's other collectors
-            self._metrics.collection_errors.labels(collector.name).inc()
-            if collector.name not in self._failing:
-                log.warning("%s collection failing: %s: %s", collector.name, type(err).__name__, err)
-                self._failing.add(collector.name)
+            self._metrics.collection_errors.labels(name).inc()
+            if name not in self._failing:
+                log.warning("%s collection failing: %s: %s", name, type(err).__name__, err)
+                self._failing.add(name)
             return None
-        if collector.name in self._failing:
-            log.info("%s collection recovered", collector.name)
-            self._failing.discard(collector.name)
-        self._metrics.last_collection.labels(collector.name).set(time.time())
+        if name in self._failing:
+            log.info("%s collection recovered", name)
+            self._failing.discard(name)
+        self._metrics.last_collection.labels(name).set(time.time())
         return value
 
     def run(self, stop: threading.Event, *, rounds: int | None = None) -> None:

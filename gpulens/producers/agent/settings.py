@@ -36,6 +36,17 @@ class AgentSettings(BaseModel):
     inventory_interval_s: float = Field(
         default=600.0, gt=0, description="DeviceInventory is republished this often even when unchanged."
     )
+    xid_hold_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="A critical XID keeps its GPU unhealthy this long after it last arrived (NVML never "
+        "says when the GPU is fine again).",
+    )
+    ignored_xids: tuple[int, ...] = Field(
+        default=(13, 31, 43, 45, 68, 109),
+        description="XIDs an application causes, published but never critical (the list NVIDIA's device "
+        "plugin skips).",
+    )
     sysfs_root: Path = Field(
         default=Path("/sys"), description="Root of sysfs; RDMA devices are read from class/infiniband."
     )

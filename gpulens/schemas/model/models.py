@@ -46,6 +46,7 @@ __all__ = [
     "DeviceKind",
     "Event",
     "GpuDevice",
+    "GpuHealthEvent",
     "GpuSample",
     "GpuSampleBatch",
     "NodeEvent",
@@ -354,6 +355,37 @@ class GpuSampleBatch(Event):
     samples: list[GpuSample] = Field(default_factory=list, description="One sample per GPU.")
 
 
+class GpuHealthEvent(Event):
+    """One GPU's health as its node agent sees it, published when it changes: an XID arrived, an
+    error counter moved, a condition began or cleared (full state, not a diff).
+
+    ``conditions`` are the critical conditions holding now; the GPU is healthy when there are
+    none, and ``healthy`` turning false opens GpuUnhealthy, true again resolves it. Counters
+    keep the names the vendor library gives them (NVML: ``ecc_volatile_uncorrected``,
+    ``retired_pages_dbe``, ``remapped_rows_pending``, ...; amdsmi: ``uncorrectable_count`` and
+    ``umc.uncorrectable_count`` per RAS block).
+    """
+
+    node: str = Field(min_length=1, description="Node name.")
+    device_id: str = Field(description="GpuDevice.device_id.")
+    index: int = Field(ge=0, description="GPU index on the node.")
+    vendor: str = Field(description="AMD or NVIDIA.")
+    healthy: bool = Field(description="No critical condition holds on this GPU now.")
+    conditions: list[str] = Field(
+        default_factory=list,
+        description="Critical conditions holding now: xid-79, ecc-uncorrectable, retired-pages-pending, "
+        "row-remap-pending, row-remap-failure, ras-uncorrectable, ras-uncorrectable.umc, ...",
+    )
+    cause: str = Field(description="What this record reports: xid, counters or cleared.")
+    xid: int | None = Field(
+        default=None, ge=0, description="The XID that arrived (cause xid), as NVML gives it."
+    )
+    counters: dict[str, Annotated[int, Ge(0)]] = Field(
+        default_factory=dict, description="The GPU's error counters now, named as the library names them."
+    )
+    message: str = Field(description="What happened, for people.")
+
+
 class DeviceKind(StrEnum):
     """What kind of device a container holds."""
 
@@ -606,5 +638,6 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     GpuSampleBatch,
     ContainerEvent,
     StorageEvent,
+    GpuHealthEvent,
 )
 """The published event types, in the order their schemas are listed."""

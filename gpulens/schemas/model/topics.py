@@ -16,6 +16,7 @@ from gpulens.schemas.model.models import (
     DeadLetter,
     DeviceChange,
     DeviceInventory,
+    GpuHealthEvent,
     GpuSampleBatch,
     NodeEvent,
     NodeGpuAllocation,
@@ -70,6 +71,14 @@ GPU_SAMPLES = TopicSpec(
 )
 CONTAINERS = TopicSpec(
     "gpulens.containers.v1", ContainerEvent, "node", 3, doc="Containers and the devices they hold."
+)
+GPU_HEALTH = TopicSpec(
+    "gpulens.gpu.health.v1",
+    GpuHealthEvent,
+    "node",
+    3,
+    retention_ms=90 * DAY_MS,
+    doc="GPU health per node: XID errors, ECC and RAS counters, retired or remapped pages, as they change.",
 )
 STORAGE = TopicSpec("gpulens.storage.v1", StorageEvent, "name", 1, doc="Volume capacity and usage.")
 DLQ = TopicSpec(
@@ -178,6 +187,7 @@ STATE_TOPICS = (
 
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
+    GPU_HEALTH,
     *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
     *STATE_TOPICS,
 )
