@@ -64,7 +64,8 @@ class PipelineSettings(BaseModel):
     )
     owner_labels: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
-        description='idle: pod label keys copied onto the idle GPU-hours rows, e.g. ["team"], to sum by.',
+        description="idle: pod label keys copied onto the idle GPU-hours rows to sum by, comma-separated "
+        "(team,project; in the file a list).",
     )
     compute_idle_below: float = Field(
         default=1.0,
