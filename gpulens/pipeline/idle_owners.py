@@ -129,6 +129,8 @@ class _Cluster:
     """(node, namespace, pod, container) -> (pod uid, its GPUs)."""
     containers_of: dict[str, set[tuple[str, str, str, str]]] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    listed: dict[str, set[str]] = field(default_factory=dict)
+    """node -> the GPUs its latest inventory listed."""
     acc: dict[tuple[str, str, str], tuple[_Owner, list[float]]] = field(default_factory=dict)
     """(node, device, owner uid) -> (owner, GPU-ms per kind) of the open window."""
 
@@ -239,13 +241,15 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
                 if cluster.aliases.get(alias) != gpu.device_id:
                     cluster.aliases[alias] = gpu.device_id
                     self._changed.add(("alias", cluster.name, alias))
-        for key in [k for k, s in cluster.slots.items() if k[0] == node and s.listed and k[1] not in totals]:
-            slot = self._slot(cluster, key)
+        for gone in cluster.listed.pop(node, set()) - totals.keys():
+            slot = self._slot(cluster, (node, gone))
             slot.listed = False
-            self._drop_if_unused(cluster, key, slot)
+            self._drop_if_unused(cluster, (node, gone), slot)
         for device, total in totals.items():
             slot = self._slot(cluster, (node, device))
             slot.total, slot.listed = total, True
+        if totals:
+            cluster.listed[node] = set(totals)
 
     # --- time ------------------------------------------------------------------------------------
 
@@ -380,6 +384,8 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         elif kind == "slot":
             total, claimants, sample_kind, until, since, listed = value
             cluster.slots[rest] = _Slot(total, since, set(claimants), sample_kind, until, listed)
+            if listed:
+                cluster.listed.setdefault(rest[0], set()).add(rest[1])
         elif kind == "pod":
             owner, name, node, amount = value
             pod = cluster.pods[rest[0]] = _Pod(_owner(owner), name, node, amount)
