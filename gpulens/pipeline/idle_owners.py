@@ -129,6 +129,8 @@ class _Cluster:
     """(node, namespace, pod, container) -> (pod uid, its GPUs)."""
     containers_of: dict[str, set[tuple[str, str, str, str]]] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    claims: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    """pod uid -> what it claims (:meth:`IdleOwners._claims`), for the pods that claim any."""
     listed: dict[str, set[str]] = field(default_factory=dict)
     """node -> the GPUs its latest inventory listed."""
     acc: dict[tuple[str, str, str], tuple[_Owner, list[float]]] = field(default_factory=dict)
@@ -164,7 +166,16 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
     # --- claims --------------------------------------------------------------------------------
 
     def _claims(self, cluster: _Cluster, uid: str) -> dict[tuple[str, str], float]:
-        """The slots pod ``uid`` claims now, with how much of each."""
+        """The slots pod ``uid`` claims now, with how much of each (kept until it changes: every
+        sample asks it of the GPU's holders)."""
+        found = cluster.claims.get(uid)
+        if found is None:
+            found = self._claimed(cluster, uid)
+            if found:
+                cluster.claims[uid] = found
+        return found
+
+    def _claimed(self, cluster: _Cluster, uid: str) -> dict[tuple[str, str], float]:
         pod = cluster.pods.get(uid)
         if pod is None or pod.node is None or pod.amount <= 0:
             return {}
@@ -180,6 +191,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         for key in before:
             self._slot(cluster, key)
         change()
+        cluster.claims.pop(uid, None)
         after = self._claims(cluster, uid)
         for key in before.keys() - after.keys():
             slot = self._slot(cluster, key)
@@ -287,7 +299,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
     def _hours(self, cluster: _Cluster, key: tuple[str, str], owner: _Owner) -> list[float]:
         self._changed.add(("acc", cluster.name, *key, owner.uid))
         found = cluster.acc.get((*key, owner.uid))
-        if found is None or found[0] != owner:  # an owner's labels or names as of its latest time
+        if found is None or (found[0] is not owner and found[0] != owner):  # its labels and names of late
             found = cluster.acc[(*key, owner.uid)] = (owner, found[1] if found else [0.0] * 5)
         return found[1]
 
