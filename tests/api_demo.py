@@ -4,7 +4,8 @@ One pipeline for the whole session (a plugin of tests/conftest.py, so the API's 
 console's share it rather than build a second), on a platform of its own: a busy quarter-day of
 the Alibaba v2023 trace (40 nodes, its pods created in that time, many of them pending for a
 while) and the first 3,000 rows of the GenAI duty cycles (41 one-GPU pods, idle stretches) are
-replayed into two clusters; the worker (hourly windows), the sink and the exporter run until
+replayed into two clusters; the worker (hourly windows, the pod label ``app`` copied onto
+idle GPU-hours), the sink and the exporter run until
 every group has drained; then `gpulens api` runs as a process with a token, asked over HTTP.
 """
 
@@ -109,7 +110,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             ):
                 done = subprocess.run(gpulens(config, "replay", *replay), capture_output=True, timeout=300)
                 assert done.returncode == 0, done.stderr
-            for name, *args in (("worker", "--window", "3600"), ("sink",), ("exporter",)):
+            worker = ("worker", "--window", "3600", "--owner-labels", "app")
+            for name, *args in (worker, ("sink",), ("exporter",)):
                 with (directory / f"{name}.log").open("ab") as log:
                     processes.append(
                         subprocess.Popen(gpulens(config, name, *args), stdout=subprocess.DEVNULL, stderr=log)

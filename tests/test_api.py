@@ -15,6 +15,7 @@ import httpx
 import pytest
 from api_demo import ALI, GEN, Demo, busiest_window_end, gpulens, instant, rfc3339, utc, wait_answering
 from clickhouse_connect.driver.exceptions import DatabaseError
+from idle_oracle import genai_hours
 
 from gpulens.api.reading import READ_ONLY, open_reader
 from gpulens.consumers.clickhouse.client import get_client
@@ -444,6 +445,62 @@ def test_hourly_aggregation_per_workload_and_namespace_equals_the_csv(demo: Demo
     }
 
 
+def test_idle_gpu_hours_by_owner_and_kind_are_the_csv_duty_cycles(demo: Demo) -> None:
+    expected = {
+        (datetime.fromtimestamp(hour, UTC), genai_duty.pod_uid(GEN, pod)): hours
+        for (pod, hour), hours in genai_hours(demo.duty_csv, idle_below=5.0, valid_s=300).items()
+    }
+    body = demo.get(f"/api/clusters/{GEN}/idleByOwner", groupBy="workload")
+    got = {(instant(r["hour"]), r["group_key"]): r for r in body["data"]}
+    assert got.keys() == expected.keys()
+    for key, hours in expected.items():
+        row = got[key]
+        assert (row["active_gpu_hours"], row["idle_gpu_hours"], row["unmeasured_gpu_hours"]) == pytest.approx(
+            (hours["active"], hours["idle"], hours["unmeasured"]), abs=1e-9
+        ), key
+        assert (row["memory_idle_gpu_hours"], row["workloads"]) == (0, 1)
+        assert row["held_gpu_hours"] == pytest.approx(sum(hours.values()))
+    assert body["unallocated"] == [], "each GenAI GPU is held from the instant it is known"
+
+    per_hour: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for (hour, _), hours in expected.items():
+        for i, kind in enumerate(("active", "idle", "unmeasured")):
+            per_hour[hour][i] += hours[kind]
+    for group_by, key in (("namespace", "genai"), ("label:app", "stable-diffusion-serving")):
+        rows = demo.get(f"/api/clusters/{GEN}/idleByOwner", groupBy=group_by)["data"]
+        assert {
+            (instant(r["hour"]), r["group_key"]): (
+                r["active_gpu_hours"],
+                r["idle_gpu_hours"],
+                r["unmeasured_gpu_hours"],
+            )
+            for r in rows
+        } == {(hour, key): pytest.approx(tuple(sums)) for hour, sums in per_hour.items()}, group_by
+    second = sorted(per_hour)[1]
+    one = demo.get(
+        f"/api/clusters/{GEN}/idleByOwner", groupBy="namespace", start=rfc3339(second),
+        end=rfc3339(second + timedelta(hours=1)),
+    )["data"]  # fmt: skip
+    assert [instant(r["hour"]) for r in one] == [second]
+
+
+def test_idle_gpu_hours_of_pods_with_no_devices_known_are_the_gpus_they_held(demo: Demo) -> None:
+    """The Alibaba slice is replayed without devices: its GPU-hours held are all unmeasured, and
+    per hour they are what cluster_gpu_allocation says was held."""
+    held = demo.sql(
+        "SELECT window_start, gpus_allocated_avg FROM cluster_gpu_allocation FINAL "
+        "WHERE cluster = {c:String} AND gpus_allocated_avg > 0",
+        c=ALI,
+    )
+    body = demo.get(f"/api/clusters/{ALI}/idleByOwner", groupBy="namespace")
+    got = {instant(r["hour"]): r for r in body["data"]}
+    assert got.keys() == {utc(start) for start, _ in held}
+    for start, gpus in held:
+        assert got[utc(start)]["unmeasured_gpu_hours"] == pytest.approx(gpus), start
+        assert got[utc(start)]["held_gpu_hours"] == pytest.approx(gpus), start
+    assert body["unallocated"] == [], "no agent reported GPUs: nothing is known unallocated"
+
+
 # --- the contract: parameters, token, read-only ----------------------------------------------------
 
 
@@ -460,6 +517,7 @@ def test_hourly_aggregation_per_workload_and_namespace_equals_the_csv(demo: Demo
         ("/api/workloads", {"cluster": GEN, "status": "Sleeping"}, "status"),
         ("/api/alerts", {"cluster": GEN, "state": "maybe"}, "state"),
         ("/api/gpu-aggregation/hourly", {"cluster": GEN, "groupBy": "colour"}, "groupBy"),
+        (f"/api/clusters/{GEN}/idleByOwner", {"groupBy": "team"}, "groupBy"),
         ("/api/gpu-aggregation/hourly", {"cluster": GEN, "start": "2024-01-02", "end": "2024-01-01"}, "end"),
     ],
 )
@@ -489,6 +547,7 @@ def test_the_token_is_required_where_configured_and_openapi_lists_every_route(de
         "/api/clusters/{cluster}/consumers",
         "/api/clusters/{cluster}/gpuHeatmap",
         "/api/clusters/{cluster}/idleWorkloads",
+        "/api/clusters/{cluster}/idleByOwner",
         "/api/nodes",
         "/api/nodes/{name}",
         "/api/nodes/{name}/gpuDevices",

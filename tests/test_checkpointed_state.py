@@ -20,10 +20,12 @@ from alert_oracle import SAMPLES
 
 from gpulens.pipeline.alerting import AlertRules
 from gpulens.pipeline.checkpointing import decode_key, encode_key
+from gpulens.pipeline.idle_owners import IdleRules
 from gpulens.pipeline.operators import (
     AlertOperator,
     AllocationOperator,
     DeviceChangelogOperator,
+    IdleOwnersOperator,
     Operator,
     StateOperator,
     WorkloadUsageOperator,
@@ -66,6 +68,12 @@ def genai() -> list[Event]:
 OPERATORS: dict[str, Callable[[], Operator]] = {
     "allocation": lambda: AllocationOperator(TumblingWindows(600_000), per_node=True, overview=True),
     "workloads": lambda: WorkloadUsageOperator(TumblingWindows(600_000)),
+    "idle": lambda: IdleOwnersOperator(
+        TumblingWindows(600_000),
+        IdleRules(
+            idle_below=20.0, compute_idle_below=1.0, memory_floor_bytes=1 << 30, sample_valid_ms=120_000
+        ),
+    ),
     "alerts": lambda: AlertOperator(AlertRules(idle_below_pct=20.0, idle_for_s=300.0, pending_for_s=120.0)),
     "changelog": DeviceChangelogOperator,
     "state": StateOperator,
@@ -134,7 +142,7 @@ def gapped() -> list[Event]:
     return events[:half] + later
 
 
-@pytest.mark.parametrize("name", ["allocation", "workloads"])
+@pytest.mark.parametrize("name", ["allocation", "workloads", "idle"])
 def test_a_checkpoint_between_two_windows_of_a_gap_resumes_with_the_windows_left(name: str) -> None:
     """The worker commits between two windows an event closes, and after a crash gives the event
     again: two commits in a gap, a crash, a restore from the changelog, the event again."""
@@ -202,7 +210,7 @@ def test_input_positions_forget_what_a_lost_log_held() -> None:
     assert {key: positions.dump(key) for key in positions.changed()} == {("done", "a", "pods", 0): 7}
 
 
-@pytest.mark.parametrize("name", ["allocation", "workloads", "alerts"])
+@pytest.mark.parametrize("name", ["allocation", "workloads", "idle", "alerts"])
 def test_state_keeps_no_key_for_a_deleted_pod(name: str) -> None:
     """What a restart restores follows the pods that exist, not every pod there ever was."""
     operator, existing = OPERATORS[name](), set()

@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.consumers.prometheus import EXPORTED_TOPICS, PER_GPU_TOPICS, Exporter, ExporterSettings
+from gpulens.consumers.prometheus.collecting import IDLE_KINDS
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.models import (
     Alert,
@@ -33,6 +34,7 @@ from gpulens.schemas.model.models import (
     ClusterGpuAllocation,
     GpuSample,
     GpuSampleBatch,
+    IdleGpuHours,
     NodeGpuAllocation,
     Record,
     WorkloadGpuUsage,
@@ -41,6 +43,7 @@ from gpulens.schemas.model.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
     GPU_SAMPLES,
+    IDLE_GPU_HOURS,
     NODE_ALLOCATION,
     STATE_GPU_SAMPLES,
     WORKLOAD_USAGE,
@@ -130,6 +133,23 @@ def sample_batch(cluster: str, node: str, second: int, utilization: tuple[float,
             )
             for i, u in enumerate(utilization)
         ],
+    )
+
+
+def idle_row(cluster: str, hour: int, device: str, uid: str, **hours: float) -> IdleGpuHours:
+    start = T0 + timedelta(hours=hour)
+    return IdleGpuHours(
+        event_id=f"{cluster}/{hour}/{device}/{uid}",
+        cluster=cluster,
+        window_start=start,
+        window_end=start + timedelta(hours=1),
+        node="n1",
+        device_id=device,
+        workload_uid=uid,
+        workload_kind="PyTorchJob" if uid else "",
+        workload_name=f"job-{uid}" if uid else "",
+        namespace="ml" if uid else "",
+        **{f"{kind}_gpu_hours": hours.get(kind, 0.0) for kind in (*IDLE_KINDS, "unallocated")},
     )
 
 
@@ -270,6 +290,11 @@ def every_kind(cluster: str) -> list[tuple[TopicSpec, Record]]:
         (GPU_SAMPLES, sample_batch(cluster, "n1", 5, (10.0, 20.0))),
         (GPU_SAMPLES, sample_batch(cluster, "n1", 10, (3.0, 97.0))),
         (GPU_SAMPLES, sample_batch(cluster, "n2", 10, (55.0, 66.0))),  # on the stream only
+        (IDLE_GPU_HOURS, idle_row(cluster, 0, "gpu-0", "w1", idle=1.0)),
+        (IDLE_GPU_HOURS, idle_row(cluster, 0, "gpu-1", "w2", active=1.0)),  # w2 holds nothing an hour later
+        (IDLE_GPU_HOURS, idle_row(cluster, 1, "gpu-0", "w1", active=0.25, memory_idle=0.5, unmeasured=0.25)),
+        (IDLE_GPU_HOURS, idle_row(cluster, 1, "gpu-1", "w1", idle=0.5)),
+        (IDLE_GPU_HOURS, idle_row(cluster, 1, "gpu-1", "", unallocated=0.5)),
         (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.OPENED, 600)),
         (ALERTS, alert(cluster, "GpuIdle", "gpu-0", AlertState.RESOLVED, 700)),
         (ALERTS, alert(cluster, "NodeNotReady", "n2", AlertState.OPENED, 650)),
@@ -278,18 +303,32 @@ def every_kind(cluster: str) -> list[tuple[TopicSpec, Record]]:
 
 def newest_rows(cluster: str) -> Samples:
     """What the exporter shows of :func:`every_kind` by default: no per-GPU series."""
+    return (
+        dict(
+            [
+                series("gpu_allocation_rate", 0.75, cluster=cluster),
+                series("cluster_gpu_capacity", 16, cluster=cluster),
+                series("cluster_gpus_allocated", 12, cluster=cluster),
+                series("cluster_gpu_pods_pending", 1, cluster=cluster),
+                series("node_k8s_gpu_allocation_rate", 0.875, cluster=cluster, node="n1"),
+                series("node_k8s_gpu_allocation_rate", 0.5, cluster=cluster, node="n2"),
+                series("gpulens_alerts_open", 0, cluster=cluster, alert="GpuIdle"),
+                series("gpulens_alerts_open", 1, cluster=cluster, alert="NodeNotReady"),
+            ]
+        )
+        | workload_series(cluster, "w1", usage=55.5, gpus=6)
+        | idle_series(cluster)
+    )
+
+
+def idle_series(cluster: str) -> Samples:
+    """The newest hour of :func:`every_kind`'s idle GPU-hours, in GPU-seconds: w1's over both its GPUs."""
+    owner = {"cluster": cluster, "namespace": "ml", "kind": "PyTorchJob", "name": "job-w1", "uid": "w1"}
+    hours = {"active": 0.25, "idle": 0.5, "memory_idle": 0.5, "unmeasured": 0.25}
     return dict(
-        [
-            series("gpu_allocation_rate", 0.75, cluster=cluster),
-            series("cluster_gpu_capacity", 16, cluster=cluster),
-            series("cluster_gpus_allocated", 12, cluster=cluster),
-            series("cluster_gpu_pods_pending", 1, cluster=cluster),
-            series("node_k8s_gpu_allocation_rate", 0.875, cluster=cluster, node="n1"),
-            series("node_k8s_gpu_allocation_rate", 0.5, cluster=cluster, node="n2"),
-            series("gpulens_alerts_open", 0, cluster=cluster, alert="GpuIdle"),
-            series("gpulens_alerts_open", 1, cluster=cluster, alert="NodeNotReady"),
-        ]
-    ) | workload_series(cluster, "w1", usage=55.5, gpus=6)
+        [series("owner_gpu_seconds", hours[kind] * 3600, **owner, usage=kind) for kind in IDLE_KINDS]
+        + [series("cluster_unallocated_gpu_seconds", 1800, cluster=cluster)]
+    )
 
 
 def reads(samples: Samples, topic: str) -> bool:

@@ -18,11 +18,13 @@ from avro_damage import damaged
 from test_compiled_reader import RandomRecords, exact
 
 from gpulens.pipeline.alerting import AlertRules
+from gpulens.pipeline.idle_owners import IdleRules
 from gpulens.pipeline.operators import (
     INPUT_ORDER,
     AlertOperator,
     AllocationOperator,
     Given,
+    IdleOwnersOperator,
     LatestSamplesOperator,
     Operator,
     WorkloadUsageOperator,
@@ -30,13 +32,16 @@ from gpulens.pipeline.operators import (
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
 from gpulens.schemas.model.avro_schema import committed
-from gpulens.schemas.model.models import Alert, Event, GpuSampleBatch
+from gpulens.schemas.model.models import Alert, Event, GpuSampleBatch, IdleGpuHours
 from gpulens.schemas.model.topics import GPU_SAMPLES, PODS
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.schemas.wire.sample_columns import SMALLEST, NativeSampleDecoder, SampleColumns, readings
 from gpulens.testing.examples import example_events
 
 TOPIC_OF = {spec.record: spec for spec in INPUT_ORDER}
+IDLE_RULES = IdleRules(
+    idle_below=5.0, compute_idle_below=1.0, memory_floor_bytes=1 << 30, sample_valid_ms=10_000
+)
 
 
 def same(columns: SampleColumns, record: GpuSampleBatch) -> bool:
@@ -109,6 +114,9 @@ def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(
         operators: list[Operator] = [
             AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True),
             WorkloadUsageOperator(TumblingWindows(30_000)),
+            IdleOwnersOperator(
+                TumblingWindows(30_000), IDLE_RULES
+            ),  # decodes batches that may be memory-idle
             AlertOperator(AlertRules(idle_for_s=20)),  # short enough for idle alerts to open
             LatestSamplesOperator(10_000),
         ]
@@ -126,3 +134,4 @@ def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(
     models, by_column = run(list(events)), run(read)
     assert models == by_column
     assert any(isinstance(row, Alert) for row in models[0])
+    assert any(isinstance(row, IdleGpuHours) and row.memory_idle_gpu_hours > 0 for row in models[0])

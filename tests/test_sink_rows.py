@@ -24,6 +24,7 @@ from gpulens.schemas.model.models import (
     ChangeType,
     ClusterGpuAllocation,
     DeadLetter,
+    IdleGpuHours,
     NodeEvent,
     NodeGpuAllocation,
     PodEvent,
@@ -35,6 +36,7 @@ from gpulens.schemas.model.topics import (
     DEVICE_CHANGELOG,
     DEVICE_INVENTORY,
     DLQ,
+    IDLE_GPU_HOURS,
     NODE_ALLOCATION,
     NODES,
     PODS,
@@ -367,12 +369,20 @@ def test_derived_records_land_in_their_tables(sink, unique) -> None:
         gpus_allocated_avg=7.5, gpus_allocated_max=8.0, gpus_allocated_end=8.0, utilization_avg=61.25,
         utilization_max=99.0, samples=720, pods_active_end=1,
     )  # fmt: skip
+    idle = IdleGpuHours(
+        event_id=event_id(cluster, "i"), cluster=cluster, window_start=at, window_end=at + timedelta(hours=1),
+        node="n1", device_id="gpu-0", workload_uid="w1", workload_kind="PyTorchJob", workload_name="llama",
+        namespace="ml", owner_labels={"team": "vision"}, active_gpu_hours=0.25, idle_gpu_hours=0.125,
+        memory_idle_gpu_hours=0.0625, unmeasured_gpu_hours=0.0625, unallocated_gpu_hours=0.5,
+    )  # fmt: skip
     sink.publish(DEVICE_CHANGELOG, changes)
     sink.publish(ALERTS, alerts)
     sink.publish(WORKLOAD_USAGE, [usage])
+    sink.publish(IDLE_GPU_HOURS, [idle])
     sink.wait_rows("device_changelog", 2)
     sink.wait_rows("alerts", 1)
     sink.wait_rows("workload_gpu_usage", 1)
+    sink.wait_rows("idle_gpu_hours", 1)
     client = sink.client()
 
     def rows(sql: str) -> list[tuple]:
@@ -389,3 +399,7 @@ def test_derived_records_land_in_their_tables(sink, unique) -> None:
         "SELECT workload_kind, gpus_allocated_avg, utilization_avg, samples FROM workload_gpu_usage FINAL "
         "WHERE cluster = {c:String}"
     ) == [("PyTorchJob", 7.5, 61.25, 720)]
+    assert rows(
+        "SELECT owner_labels['team'], active_gpu_hours + idle_gpu_hours + memory_idle_gpu_hours "
+        "+ unmeasured_gpu_hours + unallocated_gpu_hours FROM idle_gpu_hours FINAL WHERE cluster = {c:String}"
+    ) == [("vision", 1.0)]

@@ -371,6 +371,32 @@ class Hourly(BaseModel):
     data: list[HourlyRow]
 
 
+class IdleByOwnerRow(BaseModel):
+    """One owner's GPU-hours held in one hour, by kind (idle_gpu_hours)."""
+
+    hour: datetime
+    group_key: str = Field(description="The workload uid, namespace or label value.")
+    group_label: str
+    active_gpu_hours: float = Field(description="Held, utilization at or above the idle threshold.")
+    idle_gpu_hours: float = Field(description="Held, utilization under the idle threshold.")
+    memory_idle_gpu_hours: float = Field(description="Held, utilization near 0 with VRAM used.")
+    unmeasured_gpu_hours: float = Field(description="Held with no valid sample of the GPU.")
+    held_gpu_hours: float = Field(description="The four above together.")
+    workloads: int
+
+
+class UnallocatedHour(BaseModel):
+    hour: datetime
+    unallocated_gpu_hours: float = Field(description="GPU-hours of the reported GPUs nobody held.")
+
+
+class IdleByOwner(BaseModel):
+    cluster: str
+    groupBy: str
+    data: list[IdleByOwnerRow]
+    unallocated: list[UnallocatedHour]
+
+
 class Health(BaseModel):
     status: str
 

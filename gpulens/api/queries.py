@@ -458,3 +458,42 @@ FROM
 ORDER BY gpu_index, device_id"""
 """Each GPU of ``{node}`` as its newest health event by ``{at}`` says (GPUs the agent never
 reported health for are left out)."""
+
+
+def _idle_in_range(owners: str) -> str:
+    """FROM and WHERE of idle_gpu_hours rows of the cluster in ``[start, end)``: held rows
+    (``owners`` = ``!= ''``) or the unallocated ones (``= ''``)."""
+    return f"""\
+FROM idle_gpu_hours AS i FINAL
+WHERE i.cluster = {{cluster:String}} AND i.workload_uid {owners}
+  AND i.window_start >= {{start:DateTime64(3, 'UTC')}} AND i.window_start < {{end:DateTime64(3, 'UTC')}}"""
+
+
+def _idle_by(key: str, label: str) -> str:
+    return f"""\
+SELECT toStartOfHour(i.window_start) AS hour, {key} AS group_key, {label} AS group_label,
+       sum(i.active_gpu_hours) AS active_gpu_hours, sum(i.idle_gpu_hours) AS idle_gpu_hours,
+       sum(i.memory_idle_gpu_hours) AS memory_idle_gpu_hours,
+       sum(i.unmeasured_gpu_hours) AS unmeasured_gpu_hours,
+       active_gpu_hours + idle_gpu_hours + memory_idle_gpu_hours + unmeasured_gpu_hours AS held_gpu_hours,
+       uniqExact(i.workload_uid) AS workloads
+{_idle_in_range("!= ''")}
+GROUP BY hour, group_key
+ORDER BY hour, group_key"""
+
+
+IDLE_BY_OWNER = {
+    "workload": _idle_by("i.workload_uid", "any(i.workload_kind || '/' || i.workload_name)"),
+    "namespace": _idle_by("i.namespace", "i.namespace"),
+    "label": _idle_by("i.owner_labels[{label:String}]", "i.owner_labels[{label:String}]"),
+}
+"""GPU-hours held per hour and owner (workload, namespace, or value of a label the worker copies,
+``{label}``: owners without it count under ""), split into active, idle, memory-idle and
+unmeasured, from idle_gpu_hours."""
+
+UNALLOCATED_BY_HOUR = f"""\
+SELECT toStartOfHour(i.window_start) AS hour, sum(i.unallocated_gpu_hours) AS unallocated_gpu_hours
+{_idle_in_range("= ''")}
+GROUP BY hour
+ORDER BY hour"""
+"""GPU-hours of the cluster's reported GPUs that nobody held, per hour, from idle_gpu_hours."""

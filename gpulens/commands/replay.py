@@ -105,6 +105,12 @@ def replay() -> None:
     help="Calendar time of the trace's second 0 (UTC).",
 )
 @click.option("--speed", default="max", show_default=True, help="'max', or N times real time.")
+@click.option(
+    "--devices/--no-devices",
+    default=False,
+    show_default=True,
+    help="Also publish each node's GPUs and the GPUs each bound pod's container holds.",
+)
 @_PART
 @_CLUSTER
 @pass_context
@@ -114,6 +120,7 @@ def alibaba_v2023(
     pods: Path,
     epoch: datetime,
     speed: str,
+    devices: bool,
     parts: tuple[str, ...],
     cluster: str | None,
 ) -> None:
@@ -131,6 +138,7 @@ def alibaba_v2023(
             trace.read_pods(pods),
             cluster=cluster or context.settings.cluster,
             epoch=epoch.replace(tzinfo=UTC),
+            devices=devices,
         ),
         parts,
         speed,

@@ -47,6 +47,11 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--latest-every", setting="latest_every_s", type=click.FloatRange(min=0))
 @_option("--idle-below", setting="idle_below", type=click.FloatRange(min=0))
 @_option("--idle-for", setting="idle_for", type=click.FloatRange(min=0))
+@_option("--idle-window", setting="idle_window_s", type=click.IntRange(min=1))
+@_option("--owner-labels", setting="owner_labels", default="", callback=lambda _c, _p, v: split_processors(v))
+@_option("--compute-idle-below", setting="compute_idle_below", type=click.FloatRange(min=0))
+@_option("--memory-floor", setting="memory_floor_mib", type=click.IntRange(min=0))
+@_option("--sample-valid", setting="sample_valid_s", type=click.FloatRange(min=0, min_open=True))
 @_option("--pending-for", setting="pending_for", type=click.FloatRange(min=0))
 @_option("--stale-after", setting="stale_after", type=click.FloatRange(min=0, min_open=True))
 @_option("--group", setting="group_id")
@@ -89,10 +94,12 @@ def worker(context: Context, /, **_flags: object) -> None:
     """
     from gpulens.pipeline.alerting import AlertRules
     from gpulens.pipeline.event_time import EventTimeBounds
+    from gpulens.pipeline.idle_owners import IdleRules
     from gpulens.pipeline.operators import (
         AlertOperator,
         AllocationOperator,
         DeviceChangelogOperator,
+        IdleOwnersOperator,
         LatestSamplesOperator,
         Operator,
         StateOperator,
@@ -117,6 +124,15 @@ def worker(context: Context, /, **_flags: object) -> None:
             )
         if "workloads" in chosen:
             made.append(WorkloadUsageOperator(TumblingWindows(pipeline.window_s * 1000)))
+        if "idle" in chosen:
+            rules = IdleRules(
+                idle_below=pipeline.idle_below,
+                compute_idle_below=pipeline.compute_idle_below,
+                memory_floor_bytes=pipeline.memory_floor_mib * 1024 * 1024,
+                sample_valid_ms=round(pipeline.sample_valid_s * 1000),
+                owner_labels=pipeline.owner_labels,
+            )
+            made.append(IdleOwnersOperator(TumblingWindows(pipeline.idle_window_s * 1000), rules))
         if "alerts" in chosen:
             made.append(
                 AlertOperator(

@@ -15,6 +15,7 @@ from gpulens.pipeline.alerting import AlertDetector, AlertRules
 from gpulens.pipeline.allocation import AllocationAggregator
 from gpulens.pipeline.checkpointing import Stateful, StateKey
 from gpulens.pipeline.device_changes import diff
+from gpulens.pipeline.idle_owners import IdleOwners, IdleRules
 from gpulens.pipeline.latest_samples import LatestSamples
 from gpulens.pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from gpulens.pipeline.windows import TumblingWindows
@@ -36,6 +37,7 @@ from gpulens.schemas.model.topics import (
     DEVICE_INVENTORY,
     GPU_HEALTH,
     GPU_SAMPLES,
+    IDLE_GPU_HOURS,
     NODE_ALLOCATION,
     NODES,
     PODS,
@@ -134,6 +136,25 @@ class WorkloadUsageOperator:
 
     def output(self, _row: Row) -> TopicSpec:
         return WORKLOAD_USAGE
+
+
+class IdleOwnersOperator:
+    """idle_gpu_hours windows: each GPU's hours by owner and kind (active, idle, memory-idle, ...)."""
+
+    name = "idle"
+    inputs = (DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
+
+    def __init__(self, windows: TumblingWindows, rules: IdleRules) -> None:
+        self.state = self._owners = IdleOwners(windows, rules)
+
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
+        return self._owners.advance(event)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        return self._owners.process(event)
+
+    def output(self, _row: Row) -> TopicSpec:
+        return IDLE_GPU_HOURS
 
 
 class AlertOperator(_Unwindowed):

@@ -18,7 +18,7 @@ from pydantic_settings import NoDecode
 
 from gpulens.schemas.kafka.sharding import UNSHARDED, Shard
 
-Processor = Literal["allocation", "workloads", "alerts", "changelog", "state", "latest"]
+Processor = Literal["allocation", "workloads", "idle", "alerts", "changelog", "state", "latest"]
 PROCESSORS: tuple[Processor, ...] = typing.get_args(Processor)
 DEFAULT_PROCESSORS = PROCESSORS[:-1]
 """``latest`` (each node's newest samples, for the exporter's per-GPU mode) runs only when asked."""
@@ -52,7 +52,9 @@ class PipelineSettings(BaseModel):
         description="latest: republish a node's sample batch on gpulens.state.gpu-samples.v1 at most once "
         "per this many event-time seconds.",
     )
-    idle_below: float = Field(default=5.0, ge=0, description="GpuIdle: utilization threshold, percent.")
+    idle_below: float = Field(
+        default=5.0, ge=0, description="GpuIdle and idle GPU-hours: utilization threshold, percent."
+    )
     idle_for: float = Field(
         default=600.0, ge=0, description="GpuIdle: how long under the threshold, seconds."
     )
@@ -62,6 +64,28 @@ class PipelineSettings(BaseModel):
         gt=0,
         description="GpuTelemetryStale: how long a node holding GPU pods may send no GPU sample, "
         "event-time seconds (Prometheus's own staleness: 5 minutes).",
+    )
+    idle_window_s: int = Field(
+        default=3600, ge=1, description="idle: window of the idle GPU-hours rows, seconds (an hour)."
+    )
+    owner_labels: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="idle: pod label keys copied onto the idle GPU-hours rows to sum by, comma-separated "
+        "(team,project; in the file a list).",
+    )
+    compute_idle_below: float = Field(
+        default=1.0,
+        ge=0,
+        description="idle: utilization (percent) under which a GPU whose VRAM is held counts as memory-idle.",
+    )
+    memory_floor_mib: int = Field(
+        default=1024, ge=0, description="idle: VRAM used (MiB) from which a GPU's memory counts as held."
+    )
+    sample_valid_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="idle: how long a GPU sample describes its GPU when no newer one comes, seconds; "
+        "after that the GPU's hours count as unmeasured.",
     )
     group_id: str = Field(
         default="gpulens-worker",
@@ -133,6 +157,14 @@ class PipelineSettings(BaseModel):
             if value.lstrip().startswith("["):
                 return json.loads(value)
             return split_processors(value)
+        return value
+
+    @field_validator("owner_labels", mode="before")
+    @classmethod
+    def _split_owner_labels(cls, value: object) -> object:
+        """A list, or ``"team,project"`` as the flag and a variable take it."""
+        if isinstance(value, str):
+            return json.loads(value) if value.lstrip().startswith("[") else split_processors(value)
         return value
 
     @field_validator("shard", mode="before")

@@ -1,17 +1,18 @@
 """``/api/clusters``: the clusters, each one's overview, its GPU consumers, its workloads holding
-idle GPUs and its GPU heatmap."""
+idle GPUs, its GPU-hours by owner and kind, and its GPU heatmap."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 
 from gpulens.api import queries
 from gpulens.api.models import (
     Cluster,
     Consumer,
     HeatmapCell,
+    IdleByOwner,
     IdleWorkload,
     Listing,
     Overview,
@@ -96,6 +97,39 @@ def idle_workloads(
     params = {"cluster": cluster, "at": at(as_of), "start": span.start, "end": span.end}
     rows, total = db.page(queries.IDLE_WORKLOADS, params, chosen)
     return paged(rows, total, chosen, asOf=as_of)
+
+
+LABEL = "label:"
+
+
+@router.get("/{cluster}/idleByOwner", response_model=IdleByOwner)
+def idle_by_owner(
+    cluster: ClusterName,
+    db: Db,
+    span: Span,
+    group_by: Annotated[
+        str,
+        Query(
+            alias="groupBy",
+            pattern=r"^(namespace|workload|label:[A-Za-z0-9_./-]{1,253})$",
+            description="workload, namespace, or label:KEY (a label in [pipeline] owner_labels).",
+        ),
+    ] = "workload",
+) -> dict[str, Any]:
+    """Per hour in ``[start, end)`` and owner: GPU-hours held, split into active, idle,
+    memory-idle and unmeasured; and per hour the GPU-hours of reported GPUs nobody held. From
+    idle_gpu_hours (the worker's ``idle`` processor)."""
+    params: dict[str, object] = {"cluster": cluster, "start": span.start, "end": span.end}
+    if group_by.startswith(LABEL):
+        statement, params["label"] = queries.IDLE_BY_OWNER["label"], group_by[len(LABEL) :]
+    else:
+        statement = queries.IDLE_BY_OWNER[group_by]
+    return {
+        "cluster": cluster,
+        "groupBy": group_by,
+        "data": db.rows(statement, params),
+        "unallocated": db.rows(queries.UNALLOCATED_BY_HOUR, params),
+    }
 
 
 @router.get("/{cluster}/gpuHeatmap", response_model=Series[HeatmapCell])

@@ -25,6 +25,7 @@ from gpulens.schemas.model.models import (
     Event,
     GpuHealthEvent,
     GpuSampleBatch,
+    IdleGpuHours,
     NodeEvent,
     NodeGpuAllocation,
     PodEvent,
@@ -171,11 +172,12 @@ WORKLOAD_GPU_USAGE = Layout(WorkloadGpuUsage, "workload_gpu_usage", *WorkloadGpu
 CLUSTER_OVERVIEW = Layout(ClusterOverview, "cluster_overview", *ClusterOverview.model_fields)
 ALERTS = Layout(Alert, "alerts", *Alert.model_fields)
 DEVICE_CHANGELOG = Layout(DeviceChange, "device_changelog", *DeviceChange.model_fields)
+IDLE_GPU_HOURS = Layout(IdleGpuHours, "idle_gpu_hours", *IdleGpuHours.model_fields)
 
 LAYOUTS: tuple[Layout[Any], ...] = (
     *(NODES, PODS, WORKLOADS, CONTAINERS, CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, SAMPLES),
     *(CLUSTER_GPU_ALLOCATION, NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW),
-    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH),
+    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH, IDLE_GPU_HOURS),
 )
 """Every table the sink writes, described (storage events and watermarks: none yet)."""
 

@@ -22,7 +22,12 @@ from gpulens.schemas.model.gpu_metrics import (
     gauge_families,
     gpu_label_values,
 )
-from gpulens.schemas.model.models import ClusterGpuAllocation, NodeGpuAllocation, WorkloadGpuUsage
+from gpulens.schemas.model.models import (
+    ClusterGpuAllocation,
+    IdleGpuHours,
+    NodeGpuAllocation,
+    WorkloadGpuUsage,
+)
 
 CLUSTER_GAUGES: tuple[GaugeDef[ClusterGpuAllocation], ...] = (
     GaugeDef(
@@ -73,6 +78,9 @@ WORKLOAD_GAUGES: tuple[GaugeDef[WorkloadGpuUsage], ...] = (
 CLUSTER_LABELS = ("cluster",)
 NODE_LABELS = ("cluster", "node")
 WORKLOAD_LABELS = ("cluster", "namespace", "kind", "name", "uid")
+IDLE_KINDS = ("active", "idle", "memory_idle", "unmeasured")
+_HOUR_S = 3600.0
+"""How held GPU-hours were spent (idle_gpu_hours), the ``usage`` label of ``owner_gpu_seconds``."""
 
 
 class StateCollector(Collector):
@@ -98,9 +106,42 @@ class StateCollector(Collector):
             GPU_LABELS,
             ((gpu_label_values(b.cluster, b.node, s), s) for b in snap.gpus for s in b.samples),
         )
+        yield from _idle_families(snap.idle)
         alerts = GaugeMetricFamily(
             "gpulens_alerts_open", "Alerts opened and not yet resolved.", labels=("cluster", "alert")
         )
         for (cluster, alert), count in sorted(snap.alerts_open.items()):
             alerts.add_metric((cluster, alert), count)
         yield alerts
+
+
+def _idle_families(rows: list[IdleGpuHours]) -> Iterator[Metric]:
+    """Each owner's GPU-seconds (Prometheus's base unit) of the newest idle_gpu_hours window by
+    usage, summed over its GPUs, and each cluster's unallocated GPU-seconds of that window."""
+    held: dict[tuple[str, ...], list[float]] = {}
+    unallocated: dict[str, float] = {}
+    for row in rows:
+        if row.workload_uid:
+            labels = (row.cluster, row.namespace, row.workload_kind, row.workload_name, row.workload_uid)
+            sums = held.setdefault(labels, [0.0] * len(IDLE_KINDS))
+            for i, kind in enumerate(IDLE_KINDS):
+                sums[i] += getattr(row, f"{kind}_gpu_hours") * _HOUR_S
+        else:
+            unallocated[row.cluster] = unallocated.get(row.cluster, 0.0) + row.unallocated_gpu_hours * _HOUR_S
+    owners = GaugeMetricFamily(
+        "owner_gpu_seconds",
+        "GPU-seconds the workload's pods held in the newest idle_gpu_hours window (an hour), by usage.",
+        labels=(*WORKLOAD_LABELS, "usage"),
+    )
+    for owner, sums in sorted(held.items()):
+        for kind, value in zip(IDLE_KINDS, sums, strict=True):
+            owners.add_metric((*owner, kind), value)
+    yield owners
+    free = GaugeMetricFamily(
+        "cluster_unallocated_gpu_seconds",
+        "GPU-seconds of the GPUs agents report that nobody held, in the newest idle_gpu_hours window.",
+        labels=("cluster",),
+    )
+    for cluster, value in sorted(unallocated.items()):
+        free.add_metric((cluster,), value)
+    yield free

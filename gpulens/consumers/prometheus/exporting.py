@@ -47,6 +47,7 @@ from gpulens.schemas.model.models import GpuSampleBatch
 from gpulens.schemas.model.topics import (
     ALERTS,
     CLUSTER_ALLOCATION,
+    IDLE_GPU_HOURS,
     NODE_ALLOCATION,
     STATE_GPU_SAMPLES,
     WORKLOAD_USAGE,
@@ -56,8 +57,10 @@ from gpulens.schemas.wire.codec import AvroCodec
 
 log = logging.getLogger(__name__)
 
-EXPORTED_TOPICS: tuple[TopicSpec, ...] = (CLUSTER_ALLOCATION, NODE_ALLOCATION, WORKLOAD_USAGE, ALERTS)
-"""What the exporter reads by default: the worker's aggregates and alerts."""
+EXPORTED_TOPICS: tuple[TopicSpec, ...] = (
+    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, WORKLOAD_USAGE, ALERTS, IDLE_GPU_HOURS),
+)
+"""What the exporter reads by default: the worker's aggregates, alerts and idle GPU-hours."""
 PER_GPU_TOPICS: tuple[TopicSpec, ...] = (*EXPORTED_TOPICS, STATE_GPU_SAMPLES)
 """What it reads in the per-GPU mode: also each node's newest sample batch."""
 

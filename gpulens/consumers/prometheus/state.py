@@ -17,7 +17,9 @@ by key at a restart (see :mod:`gpulens.consumers.prometheus.checkpointing`):
 - ``("gpus", cluster, node)``: the newest :class:`GpuSampleBatch`;
 - ``("alert", cluster, alert, entity)``: the :class:`Alert` that opened it (gone once resolved);
 - ``("alert-name", cluster, alert)``: the newest :class:`Alert` of that name, whatever its state:
-  it keeps a name whose alerts all resolved exported with 0.
+  it keeps a name whose alerts all resolved exported with 0;
+- ``("idle", cluster, node, device, workload uid)``: the newest :class:`IdleGpuHours` of that
+  GPU and owner; only those of the cluster's newest window are shown (and kept past a scrape).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gpulens.schemas.model.models import (
     AlertState,
     ClusterGpuAllocation,
     GpuSampleBatch,
+    IdleGpuHours,
     NodeGpuAllocation,
     Record,
     WorkloadGpuUsage,
@@ -49,6 +52,7 @@ KIND_MODELS: dict[str, type[Record]] = {
     "gpus": GpuSampleBatch,
     "alert": Alert,
     "alert-name": Alert,
+    "idle": IdleGpuHours,
 }
 """The row type of each kind of key."""
 
@@ -66,6 +70,8 @@ class Snapshot:
     gpus: list[GpuSampleBatch]
     alerts_open: dict[tuple[str, str], int]
     """Open alerts per (cluster, alert name); 0 for a name whose alerts all resolved."""
+    idle: list[IdleGpuHours]
+    """The rows of each cluster's newest idle_gpu_hours window."""
 
 
 class LatestState:
@@ -81,6 +87,8 @@ class LatestState:
         self._gpus: dict[SeriesKey, GpuSampleBatch] = {}
         self._open: dict[SeriesKey, Alert] = {}
         self._alert_names: dict[SeriesKey, Alert] = {}
+        self._idle: dict[SeriesKey, IdleGpuHours] = {}
+        self._newest_idle: dict[str, datetime] = {}
         self._tables: dict[str, dict[SeriesKey, Any]] = {
             "cluster": self._clusters,
             "node": self._nodes,
@@ -88,6 +96,7 @@ class LatestState:
             "gpus": self._gpus,
             "alert": self._open,
             "alert-name": self._alert_names,
+            "idle": self._idle,
         }
         self._wire: dict[SeriesKey, bytes] = {}
         """The bytes each row arrived as, where known."""
@@ -109,6 +118,10 @@ class LatestState:
                 case GpuSampleBatch():
                     key = ("gpus", record.cluster, record.node)
                     self._newer(self._gpus, key, record, wire, _BY_EVENT_TIME)
+                case IdleGpuHours():
+                    gpu = (record.cluster, record.node, record.device_id)
+                    self._newer(self._idle, ("idle", *gpu, record.workload_uid), record, wire, _BY_WINDOW)
+                    self._idle_window(record)
                 case Alert():
                     name = ("alert-name", record.cluster, record.alert)
                     entity = ("alert", record.cluster, record.alert, record.entity)
@@ -147,12 +160,19 @@ class LatestState:
         end = row.window_end.timestamp()
         self._newest_workload_end[row.cluster] = max(end, self._newest_workload_end.get(row.cluster, end))
 
+    def _idle_window(self, row: IdleGpuHours) -> None:
+        newest = self._newest_idle.get(row.cluster)
+        self._newest_idle[row.cluster] = row.window_start if newest is None else max(newest, row.window_start)
+
     def snapshot(self) -> Snapshot:
         """The current series; workloads that ended are dropped here, for good."""
         with self._lock:
             for key, row in list(self._workloads.items()):
                 if self._ended(row):
                     self._drop(self._workloads, key)
+            for key, idle in list(self._idle.items()):
+                if idle.window_start < self._newest_idle[idle.cluster]:
+                    self._drop(self._idle, key)
             alerts_open = {(key[1], key[2]): 0 for key in self._alert_names}
             for key in self._open:
                 alerts_open[(key[1], key[2])] += 1
@@ -162,6 +182,7 @@ class LatestState:
                 workloads=list(self._workloads.values()),
                 gpus=list(self._gpus.values()),
                 alerts_open=alerts_open,
+                idle=list(self._idle.values()),
             )
 
     def _ended(self, row: WorkloadGpuUsage) -> bool:
@@ -194,3 +215,5 @@ class LatestState:
             self._wire[key] = wire
             if isinstance(row, WorkloadGpuUsage):
                 self._workload_end(row)
+            elif isinstance(row, IdleGpuHours):
+                self._idle_window(row)

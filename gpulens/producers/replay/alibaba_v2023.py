@@ -5,6 +5,10 @@ Pending at ``creation_time``; MODIFIED Running and bound to a node at ``schedule
 (never, for pods that stayed Pending); DELETED with its final phase at ``deletion_time``.
 Pods without GPUs are left out, as the Kubernetes watcher leaves them out. Times in the
 trace are seconds from its start; ``epoch`` places that start on the calendar.
+
+With ``devices``, each node also reports its GPUs (DeviceInventory, ids :func:`gpu_id`) and
+each bound pod's container holds the GPUs the binder chose (ContainerEvent, as the kubelet's
+pod-resources API would say): a pod sharing a GPU holds that one GPU, whatever its share.
 """
 
 from __future__ import annotations
@@ -19,8 +23,20 @@ from gpulens.producers.replay.binding import MILLI, BestFitBinder
 from gpulens.producers.replay.exceptions import TraceError
 from gpulens.producers.replay.reading import end_of_replay, number, rows
 from gpulens.schemas.model.ids import event_id
-from gpulens.schemas.model.models import ChangeType, ContainerState, Event, NodeEvent, PodCondition, PodEvent
-from gpulens.schemas.model.topics import NODES, PODS, WATERMARKS, TopicSpec
+from gpulens.schemas.model.models import (
+    ChangeType,
+    ContainerEvent,
+    ContainerState,
+    DeviceAssignment,
+    DeviceInventory,
+    DeviceKind,
+    Event,
+    GpuDevice,
+    NodeEvent,
+    PodCondition,
+    PodEvent,
+)
+from gpulens.schemas.model.topics import CONTAINERS, DEVICE_INVENTORY, NODES, PODS, WATERMARKS, TopicSpec
 
 SOURCE = "replay:alibaba-v2023"
 WHOLE_GPU = "nvidia.com/gpu"
@@ -122,13 +138,20 @@ _CREATE, _SCHEDULE, _DELETE = 1, 2, 3
 
 
 def plan(
-    nodes: list[TraceNode], pods: list[TracePod], *, cluster: str, epoch: datetime
+    nodes: list[TraceNode],
+    pods: list[TracePod],
+    *,
+    cluster: str,
+    epoch: datetime,
+    devices: bool = False,
 ) -> Iterator[tuple[TopicSpec, Event]]:
-    """The events of the replay, in non-decreasing event time."""
+    """The events of the replay, in non-decreasing event time (with ``devices``: the GPUs too)."""
     binder = BestFitBinder()
     for node in nodes:
         binder.add_node(node.name, node.model, node.gpus)
         yield NODES, _node_event(node, cluster, epoch)
+        if devices:
+            yield DEVICE_INVENTORY, _inventory(node, cluster, epoch)
     steps: list[tuple[int, int, int]] = []
     gpu_pods = [p for p in pods if p.gpu_amount > 0]
     for index, pod in enumerate(gpu_pods):
@@ -141,12 +164,61 @@ def plan(
     bound: dict[int, str] = {}
     for at, step, index in steps:
         pod = gpu_pods[index]
+        held: list[int] | None = None
         if step == _SCHEDULE:
             bound[index] = binder.bind(pod.name, pod.num_gpu, min(pod.gpu_milli, MILLI), pod.gpu_spec)
+            held = [gpu for gpu, _ in binder.placements[pod.name][1]]
         elif step == _DELETE:
             binder.release(pod.name)
         yield PODS, _pod_event(pod, step, bound.get(index), cluster=cluster, epoch=epoch, at=at)
+        if devices and index in bound and step != _CREATE:
+            yield CONTAINERS, _container_event(pod, bound[index], held, cluster=cluster, epoch=epoch, at=at)
     yield WATERMARKS, end_of_replay(cluster, SOURCE, epoch + timedelta(seconds=steps[-1][0] if steps else 0))
+
+
+def gpu_id(node: str, index: int) -> str:
+    """The device_id of a trace node's GPU."""
+    return f"{node}/gpu{index}"
+
+
+def _inventory(node: TraceNode, cluster: str, epoch: datetime) -> DeviceInventory:
+    return DeviceInventory(
+        event_id=event_id(cluster, SOURCE, "inventory", node.name),
+        cluster=cluster,
+        event_time=epoch,
+        source=SOURCE,
+        node=node.name,
+        gpus=[
+            GpuDevice(device_id=gpu_id(node.name, i), index=i, vendor="NVIDIA", model=node.model)
+            for i in range(node.gpus)
+        ],
+    )
+
+
+def _container_event(
+    pod: TracePod, node: str, held: list[int] | None, *, cluster: str, epoch: datetime, at: int
+) -> ContainerEvent:
+    """The pod's one container holding GPUs ``held`` of ``node`` (None: it is gone)."""
+    return ContainerEvent(
+        event_id=event_id(cluster, SOURCE, pod.name, "container", at),
+        cluster=cluster,
+        event_time=epoch + timedelta(seconds=at),
+        source=SOURCE,
+        type=ChangeType.DELETED if held is None else ChangeType.ADDED,
+        node=node,
+        pod_uid=pod_uid(cluster, pod.name),
+        pod_namespace="default",
+        pod_name=pod.name,
+        container_name="main",
+        devices=[
+            DeviceAssignment(
+                resource_name=GPU_SHARE if pod.gpu_amount < 1 else WHOLE_GPU,
+                device_id=gpu_id(node, gpu),
+                kind=DeviceKind.GPU,
+            )
+            for gpu in held or []
+        ],
+    )
 
 
 def _node_event(node: TraceNode, cluster: str, epoch: datetime) -> NodeEvent:

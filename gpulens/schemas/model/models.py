@@ -49,6 +49,7 @@ __all__ = [
     "GpuHealthEvent",
     "GpuSample",
     "GpuSampleBatch",
+    "IdleGpuHours",
     "NodeEvent",
     "NodeGpuAllocation",
     "NonNegative",
@@ -528,6 +529,38 @@ class WorkloadGpuUsage(Record):
     utilization_max: float | None = Field(default=None, description="Highest sample utilization, %.")
     samples: int = Field(default=0, description="GPU samples of its GPUs in the window.")
     pods_active_end: int = Field(description="Its pods holding GPUs at window end.")
+
+
+class IdleGpuHours(Record):
+    """How one GPU's hours of one window were spent by one owner, or left unallocated.
+
+    One row per window, GPU and workload holding a share of it, plus one for the unallocated
+    remainder (``workload_uid`` empty). A GPU's rows add up to its total over the window: shared
+    GPUs (time-slicing, GPU-milli, MIG) split it by the holders' requests, scaled down when they
+    ask for more than it has. ``device_id`` is empty for GPUs held by pods whose devices no
+    agent reported (their hours count as unmeasured, and no remainder is known).
+    """
+
+    event_id: str = Field(description="cluster, node, device, workload and window start.")
+    cluster: str = Field(description="Cluster name.")
+    window_start: Timestamp = Field(description="Window start (inclusive).")
+    window_end: Timestamp = Field(description="Window end (exclusive).")
+    node: str = Field(description="Node name.")
+    device_id: str = Field(description="GpuDevice.device_id; empty: GPUs held with no device known.")
+    workload_uid: str = Field(description="Top owner's uid (the pod's for a bare pod); empty: unallocated.")
+    workload_kind: str = Field(default="", description="Top owner's kind: Deployment, ... or Pod.")
+    workload_name: str = Field(default="", description="Top owner's name.")
+    namespace: str = Field(default="", description="Namespace.")
+    owner_labels: dict[str, str] = Field(
+        default_factory=dict, description="The pod's labels named in [pipeline] owner_labels."
+    )
+    active_gpu_hours: float = Field(ge=0, description="Held, utilization at or above the idle threshold.")
+    idle_gpu_hours: float = Field(ge=0, description="Held, utilization under the idle threshold.")
+    memory_idle_gpu_hours: float = Field(
+        ge=0, description="Held, utilization near 0 with VRAM used above the floor (not in idle)."
+    )
+    unmeasured_gpu_hours: float = Field(ge=0, description="Held with no valid sample of the GPU.")
+    unallocated_gpu_hours: float = Field(ge=0, description="The GPU's hours nobody held.")
 
 
 class WorkloadState(Event):

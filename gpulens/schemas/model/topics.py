@@ -18,6 +18,7 @@ from gpulens.schemas.model.models import (
     DeviceInventory,
     GpuHealthEvent,
     GpuSampleBatch,
+    IdleGpuHours,
     NodeEvent,
     NodeGpuAllocation,
     PodEvent,
@@ -122,6 +123,14 @@ WORKLOAD_USAGE = TopicSpec(
     3,
     doc="workload_gpu_usage: GPUs held and their utilization per workload and window.",
 )
+IDLE_GPU_HOURS = TopicSpec(
+    "gpulens.agg.idle-gpu-hours.v1",
+    IdleGpuHours,
+    "node",
+    3,
+    doc="idle_gpu_hours: per window, GPU and owner, GPU-hours active, idle, memory-idle, unmeasured "
+    "and unallocated.",
+)
 DEVICE_CHANGELOG = TopicSpec(
     "gpulens.changelog.devices.v1",
     DeviceChange,
@@ -189,6 +198,7 @@ CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
     GPU_HEALTH,
     *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
+    IDLE_GPU_HOURS,
     *STATE_TOPICS,
 )
 

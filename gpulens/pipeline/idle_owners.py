@@ -1,0 +1,444 @@
+"""Idle GPU-hours by owner, split by kind: per window, GPU and owner, how each GPU's hours went.
+
+Every GPU an agent reports (DeviceInventory) is a *slot* with a total of one GPU (a MIG
+instance: its share of the parent by compute slices, ``3g.40gb`` = 3, the parent itself 0).
+Pods holding GPUs (DESIGN.md) claim the GPUs their containers hold (ContainerEvent), each
+``gpu_amount / number of its GPUs``; a pod whose devices are unknown claims its node's *pool*
+(device ``""``), which has no total. Claims on one GPU add up to at most its total: more
+(time-slicing, an overcommitted share) are scaled down to it, and what is left is unallocated.
+So, per GPU and window, the rows add up to its total times the time it was known.
+
+A GPU's hours held are split by its latest sample, which describes it from its time until
+the next one, for at most ``sample_valid_ms``: *active* (utilization at or above the idle
+threshold), *memory-idle* (utilization under ``compute_idle_below`` with at least
+``memory_floor_bytes`` of VRAM used), *idle* (the rest under the threshold), or *unmeasured*
+(no valid sample; a pool's hours always are). Time is integrated lazily, per slot, up to
+each change: a change at instant t counts from t on, so events of one instant are applied
+together, as DESIGN.md asks. Event time, windows and state keys follow the aggregators'
+skeleton (:mod:`gpulens.pipeline.aggregating`).
+
+State keys besides ``["cluster", c]`` (window, instant): ``["slot", c, node, device]`` (total,
+claiming pods, sample kind, until when, integrated up to, listed by the inventory),
+``["pod", c, uid]``, ``["container", c, node, namespace, pod, container]`` (pod uid, GPUs),
+``["alias", c, name]`` (device_id) and ``["acc", c, node, device, owner uid]`` (the window's
+hours so far).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulens.pipeline.aggregating import BaseWindowedAggregator
+from gpulens.pipeline.checkpointing import StateKey
+from gpulens.pipeline.state_tables import workload_chain
+from gpulens.pipeline.windows import TumblingWindows, from_ms
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import (
+    ChangeType,
+    ContainerEvent,
+    DeviceInventory,
+    DeviceKind,
+    Event,
+    GpuDevice,
+    GpuSampleBatch,
+    IdleGpuHours,
+    PodEvent,
+    Watermark,
+)
+from gpulens.schemas.wire.sample_columns import SampleColumns
+
+ACTIVE, IDLE, MEMORY_IDLE, UNMEASURED, UNALLOCATED = range(5)
+_HOUR_MS = 3_600_000
+_MIG_SLICES = re.compile(r"(\d+)g\.")
+
+
+@dataclass(frozen=True, slots=True)
+class IdleRules:
+    """What makes a GPU's time active, idle or memory-idle, and which labels name owners."""
+
+    idle_below: float
+    """Utilization (percent) under which a held GPU is idle."""
+    compute_idle_below: float
+    """Utilization (percent) under which a GPU whose VRAM is held is memory-idle."""
+    memory_floor_bytes: int
+    """VRAM used from which a GPU's memory counts as held."""
+    sample_valid_ms: int
+    """How long a sample describes its GPU when no newer one comes."""
+    owner_labels: tuple[str, ...] = ()
+    """Pod labels copied onto the rows."""
+
+    def kind(self, utilization: float | None, memory_used: int | None) -> int:
+        """The kind of time a sample starts."""
+        if utilization is None:
+            return UNMEASURED
+        if utilization >= self.idle_below:
+            return ACTIVE
+        if utilization < self.compute_idle_below and (memory_used or 0) >= max(self.memory_floor_bytes, 1):
+            return MEMORY_IDLE
+        return IDLE
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    uid: str
+    kind: str
+    name: str
+    namespace: str
+    labels: tuple[tuple[str, str], ...]
+
+
+_NOBODY = _Owner("", "", "", "", ())
+
+
+@dataclass(slots=True)
+class _Pod:
+    owner: _Owner
+    name: str
+    node: str | None
+    amount: float
+    """GPUs held now (0 when it holds none)."""
+
+
+@dataclass(slots=True)
+class _Slot:
+    total: float | None
+    """GPUs it has (None: a node's pool of GPUs held with no device known)."""
+    since: int
+    """Integrated up to here (epoch ms)."""
+    claimants: set[str] = field(default_factory=set)
+    kind: int = UNMEASURED
+    until: int = 0
+    """The kind holds up to here."""
+    listed: bool = False
+    """In its node's latest inventory."""
+
+
+@dataclass
+class _Cluster:
+    name: str
+    window_start: int
+    instant: int
+    slots: dict[tuple[str, str], _Slot] = field(default_factory=dict)
+    pods: dict[str, _Pod] = field(default_factory=dict)
+    uid_of: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, name) -> uid of the pods that exist."""
+    containers: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = field(default_factory=dict)
+    """(node, namespace, pod, container) -> (pod uid, its GPUs)."""
+    containers_of: dict[str, set[tuple[str, str, str, str]]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    claims: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    """pod uid -> what it claims (:meth:`IdleOwners._claims`), for the pods that claim any."""
+    listed: dict[str, set[str]] = field(default_factory=dict)
+    """node -> the GPUs its latest inventory listed."""
+    acc: dict[tuple[str, str, str], tuple[_Owner, list[float]]] = field(default_factory=dict)
+    """(node, device, owner uid) -> (owner, GPU-ms per kind) of the open window."""
+
+
+class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
+    """idle_gpu_hours rows from inventory, container, pod and sample events."""
+
+    def __init__(self, windows: TumblingWindows, rules: IdleRules) -> None:
+        super().__init__(windows)
+        self.rules = rules
+
+    def process(self, event: Event | SampleColumns) -> list[IdleGpuHours]:
+        """Apply one event; returns the rows of the windows its time closed."""
+        rows = self._closed_by(event)
+        cluster = self._enter(event)
+        if isinstance(event, PodEvent):
+            self._pod(cluster, event)
+        elif isinstance(event, GpuSampleBatch | SampleColumns):
+            self._samples(cluster, event)
+        elif isinstance(event, ContainerEvent):
+            self._container(cluster, event)
+        elif isinstance(event, DeviceInventory):
+            self._inventory(cluster, event)
+        elif isinstance(event, Watermark) and event.final and cluster.window_start <= cluster.instant:
+            rows += self._close_window(cluster)  # the window holding the final watermark
+        return rows
+
+    def _open(self, name: str, at: int) -> _Cluster:
+        return _Cluster(name, self.windows.start_of(at), at)
+
+    # --- claims --------------------------------------------------------------------------------
+
+    def _claims(self, cluster: _Cluster, uid: str) -> dict[tuple[str, str], float]:
+        """The slots pod ``uid`` claims now, with how much of each (kept until it changes: every
+        sample asks it of the GPU's holders)."""
+        found = cluster.claims.get(uid)
+        if found is None:
+            found = self._claimed(cluster, uid)
+            if found:
+                cluster.claims[uid] = found
+        return found
+
+    def _claimed(self, cluster: _Cluster, uid: str) -> dict[tuple[str, str], float]:
+        pod = cluster.pods.get(uid)
+        if pod is None or pod.node is None or pod.amount <= 0:
+            return {}
+        gpus = {gpu for key in cluster.containers_of.get(uid, ()) for gpu in cluster.containers[key][1]}
+        if not gpus:
+            return {(pod.node, ""): pod.amount}
+        return {(pod.node, gpu): pod.amount / len(gpus) for gpu in gpus}
+
+    def _reclaim(self, cluster: _Cluster, uid: str, change: Callable[[], None]) -> None:
+        """Apply ``change()`` to what pod ``uid`` claims: its slots are integrated up to now
+        first, and claim from now on what it claims after."""
+        before = self._claims(cluster, uid)
+        for key in before:
+            self._slot(cluster, key)
+        change()
+        cluster.claims.pop(uid, None)
+        after = self._claims(cluster, uid)
+        for key in before.keys() - after.keys():
+            slot = self._slot(cluster, key)
+            slot.claimants.discard(uid)
+            self._drop_if_unused(cluster, key, slot)
+        for key in after:
+            self._slot(cluster, key).claimants.add(uid)
+
+    def _pod(self, cluster: _Cluster, event: PodEvent) -> None:
+        uid = event.uid
+        self._changed.add(("pod", cluster.name, uid))
+
+        def change() -> None:
+            old = cluster.pods.pop(uid, None)
+            if old is not None:
+                cluster.uid_of.pop((old.owner.namespace, old.name), None)
+            if event.type == ChangeType.DELETED:
+                return
+            top = workload_chain(event)[-1]
+            labels = tuple((k, event.labels[k]) for k in self.rules.owner_labels if k in event.labels)
+            owner = _Owner(top.uid, top.kind, top.name, event.namespace, labels)
+            amount = event.gpu_amount if event.holds_gpus else 0.0
+            cluster.pods[uid] = _Pod(owner, event.name, event.node, amount)
+            cluster.uid_of[(event.namespace, event.name)] = uid
+
+        self._reclaim(cluster, uid, change)
+
+    def _container(self, cluster: _Cluster, event: ContainerEvent) -> None:
+        key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
+        uid = event.pod_uid or cluster.uid_of.get((event.pod_namespace, event.pod_name))
+        self._changed.add(("container", cluster.name, *key))
+
+        def remove() -> None:
+            held_by = cluster.containers.pop(key)[0]
+            cluster.containers_of[held_by].discard(key)
+            if not cluster.containers_of[held_by]:
+                del cluster.containers_of[held_by]
+
+        def add(uid: str) -> None:
+            gpus = (
+                cluster.aliases.get(d.device_id, d.device_id)
+                for d in event.devices
+                if d.kind == DeviceKind.GPU
+            )
+            cluster.containers[key] = (uid, frozenset(gpus))
+            cluster.containers_of.setdefault(uid, set()).add(key)
+
+        previous = cluster.containers.get(key)
+        if previous is not None:
+            self._reclaim(cluster, previous[0], remove)
+        if event.type != ChangeType.DELETED and uid is not None:
+            self._reclaim(cluster, uid, lambda: add(uid))
+
+    def _inventory(self, cluster: _Cluster, inventory: DeviceInventory) -> None:
+        node = inventory.node
+        totals = _totals(inventory.gpus)
+        for gpu in inventory.gpus:
+            for alias in gpu.aliases:
+                if cluster.aliases.get(alias) != gpu.device_id:
+                    cluster.aliases[alias] = gpu.device_id
+                    self._changed.add(("alias", cluster.name, alias))
+        for gone in cluster.listed.pop(node, set()) - totals.keys():
+            slot = self._slot(cluster, (node, gone))
+            slot.listed = False
+            self._drop_if_unused(cluster, (node, gone), slot)
+        for device, total in totals.items():
+            slot = self._slot(cluster, (node, device))
+            slot.total, slot.listed = total, True
+        if totals:
+            cluster.listed[node] = set(totals)
+
+    # --- time ------------------------------------------------------------------------------------
+
+    def _slot(self, cluster: _Cluster, key: tuple[str, str]) -> _Slot:
+        """The slot ``key`` integrated up to the cluster's instant (created if new)."""
+        self._changed.add(("slot", cluster.name, *key))
+        slot = cluster.slots.get(key)
+        if slot is None:
+            slot = cluster.slots[key] = _Slot(None if key[1] == "" else 1.0, cluster.instant)
+        else:
+            self._integrate(cluster, key, slot, cluster.instant)
+        return slot
+
+    def _drop_if_unused(self, cluster: _Cluster, key: tuple[str, str], slot: _Slot) -> None:
+        if not slot.listed and not slot.claimants:
+            del cluster.slots[key]
+
+    def _integrate(self, cluster: _Cluster, key: tuple[str, str], slot: _Slot, to: int) -> None:
+        """Add the slot's hours from where it was integrated up to ``to``."""
+        if to <= slot.since:
+            return
+        span, valid = to - slot.since, max(0, min(to, slot.until) - slot.since)
+        claims = [(cluster.pods[uid].owner, self._claims(cluster, uid)[key]) for uid in slot.claimants]
+        claimed = sum(amount for _, amount in claims)
+        scale = 1.0 if slot.total is None or claimed <= slot.total else slot.total / claimed
+        kind = UNMEASURED if slot.total is None else slot.kind
+        for owner, amount in claims:
+            hours = self._hours(cluster, key, owner)
+            hours[kind] += amount * scale * valid
+            hours[UNMEASURED] += amount * scale * (span - valid)
+        if slot.total is not None and slot.total > claimed * scale:
+            self._hours(cluster, key, _NOBODY)[UNALLOCATED] += (slot.total - claimed * scale) * span
+        slot.since = to
+
+    def _hours(self, cluster: _Cluster, key: tuple[str, str], owner: _Owner) -> list[float]:
+        self._changed.add(("acc", cluster.name, *key, owner.uid))
+        found = cluster.acc.get((*key, owner.uid))
+        if found is None or (found[0] is not owner and found[0] != owner):  # its labels and names of late
+            found = cluster.acc[(*key, owner.uid)] = (owner, found[1] if found else [0.0] * 5)
+        return found[1]
+
+    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
+        until = cluster.instant + self.rules.sample_valid_ms
+        for device, utilization, memory in self._readings(batch):
+            key = (batch.node, cluster.aliases.get(device, device))
+            if key not in cluster.slots:
+                continue  # a GPU no inventory listed and nobody claims: nothing to split
+            slot = self._slot(cluster, key)
+            slot.kind, slot.until = self.rules.kind(utilization, memory), until
+
+    def _readings(
+        self, batch: GpuSampleBatch | SampleColumns
+    ) -> Iterable[tuple[str, float | None, int | None]]:
+        """(device_id, utilization, VRAM used) per GPU; a batch read by column is decoded whole
+        only when a GPU in it may be memory-idle (its columns hold utilization only)."""
+        if isinstance(batch, SampleColumns):
+            below = self.rules.compute_idle_below
+            if not any(u is not None and u < below for u in batch.utilizations):
+                return ((d, u, None) for d, u in zip(batch.device_ids, batch.utilizations, strict=True))
+            batch = batch.batch()
+        return ((s.device_id, s.utilization_pct, s.memory_used_bytes) for s in batch.samples)
+
+    def _window_rows(self, cluster: _Cluster, start: int, end: int) -> list[IdleGpuHours]:
+        """Every slot integrated up to ``end``; one row per GPU and owner with hours."""
+        for key, slot in cluster.slots.items():
+            self._changed.add(("slot", cluster.name, *key))
+            self._integrate(cluster, key, slot, end)
+        rows = []
+        for (node, device, uid), (owner, hours) in sorted(cluster.acc.items()):
+            self._changed.add(("acc", cluster.name, node, device, uid))
+            if any(hours):
+                rows.append(self._row(cluster.name, node, device, owner, hours, start, end))
+        cluster.acc.clear()
+        return rows
+
+    @staticmethod
+    def _row(
+        cluster: str, node: str, device: str, owner: _Owner, hours: list[float], start: int, end: int
+    ) -> IdleGpuHours:
+        return IdleGpuHours(
+            event_id=event_id(cluster, node, device, owner.uid, "idle_gpu_hours", start, end),
+            cluster=cluster,
+            window_start=from_ms(start),
+            window_end=from_ms(end),
+            node=node,
+            device_id=device,
+            workload_uid=owner.uid,
+            workload_kind=owner.kind,
+            workload_name=owner.name,
+            namespace=owner.namespace,
+            owner_labels=dict(owner.labels),
+            active_gpu_hours=hours[ACTIVE] / _HOUR_MS,
+            idle_gpu_hours=hours[IDLE] / _HOUR_MS,
+            memory_idle_gpu_hours=hours[MEMORY_IDLE] / _HOUR_MS,
+            unmeasured_gpu_hours=hours[UNMEASURED] / _HOUR_MS,
+            unallocated_gpu_hours=hours[UNALLOCATED] / _HOUR_MS,
+        )
+
+    # --- checkpoint ------------------------------------------------------------------------------
+
+    def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
+        yield from (("slot", cluster.name, *key) for key in cluster.slots)
+        yield from (("pod", cluster.name, uid) for uid in cluster.pods)
+        yield from (("container", cluster.name, *key) for key in cluster.containers)
+        yield from (("alias", cluster.name, alias) for alias in cluster.aliases)
+        yield from (("acc", cluster.name, *key) for key in cluster.acc)
+
+    def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
+        kind, rest = key[0], tuple(key[2:])
+        if kind == "cluster":
+            return [cluster.window_start, cluster.instant]
+        if kind == "slot":
+            slot = cluster.slots.get(rest)
+            if slot is None:
+                return None
+            return [slot.total, sorted(slot.claimants), slot.kind, slot.until, slot.since, slot.listed]
+        if kind == "pod":
+            pod = cluster.pods.get(rest[0])
+            return None if pod is None else [_owner_fields(pod.owner), pod.name, pod.node, pod.amount]
+        if kind == "container":
+            held = cluster.containers.get(rest)
+            return None if held is None else [held[0], sorted(held[1])]
+        if kind == "alias":
+            return cluster.aliases.get(rest[0])
+        found = cluster.acc.get(rest)
+        return None if found is None else [_owner_fields(found[0]), found[1]]
+
+    def _load(self, cluster: _Cluster, key: StateKey, value: Any) -> None:
+        kind, rest = key[0], tuple(key[2:])
+        if kind == "cluster":
+            cluster.window_start, cluster.instant = value
+        elif kind == "slot":
+            total, claimants, sample_kind, until, since, listed = value
+            cluster.slots[rest] = _Slot(total, since, set(claimants), sample_kind, until, listed)
+            if listed:
+                cluster.listed.setdefault(rest[0], set()).add(rest[1])
+        elif kind == "pod":
+            owner, name, node, amount = value
+            pod = cluster.pods[rest[0]] = _Pod(_owner(owner), name, node, amount)
+            cluster.uid_of[(pod.owner.namespace, name)] = rest[0]
+        elif kind == "container":
+            uid, gpus = value
+            cluster.containers[rest] = (uid, frozenset(gpus))
+            cluster.containers_of.setdefault(uid, set()).add(rest)
+        elif kind == "alias":
+            cluster.aliases[rest[0]] = value
+        else:
+            owner, hours = value
+            cluster.acc[rest] = (_owner(owner), list(hours))
+
+
+def _owner_fields(owner: _Owner) -> list[Any]:
+    return [owner.uid, owner.kind, owner.name, owner.namespace, [list(pair) for pair in owner.labels]]
+
+
+def _owner(fields: list[Any]) -> _Owner:
+    uid, kind, name, namespace, labels = fields
+    return _Owner(uid, kind, name, namespace, tuple((k, v) for k, v in labels))
+
+
+def _totals(gpus: list[GpuDevice]) -> dict[str, float]:
+    """Each listed GPU's total: 1, but a MIG parent's GPU is split among its instances by their
+    compute slices (``3g.40gb``: 3; an unknown profile: 1) and the parent itself counts 0."""
+    slices = {g.device_id: _slices(g.partition) for g in gpus if g.parent_device_id}
+    per_parent: dict[str, int] = {}
+    for gpu in gpus:
+        if gpu.parent_device_id:
+            per_parent[gpu.parent_device_id] = per_parent.get(gpu.parent_device_id, 0) + slices[gpu.device_id]
+    totals = {}
+    for gpu in gpus:
+        if gpu.parent_device_id:
+            totals[gpu.device_id] = slices[gpu.device_id] / per_parent[gpu.parent_device_id]
+        else:
+            totals[gpu.device_id] = 0.0 if gpu.device_id in per_parent else 1.0
+    return totals
+
+
+def _slices(partition: str | None) -> int:
+    found = _MIG_SLICES.match(partition or "")
+    return int(found.group(1)) if found else 1
