@@ -48,6 +48,8 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--idle-below", setting="idle_below", type=click.FloatRange(min=0))
 @_option("--idle-for", setting="idle_for", type=click.FloatRange(min=0))
 @_option("--pending-for", setting="pending_for", type=click.FloatRange(min=0))
+@_option("--pile-up-pods", setting="pile_up_pods", type=click.IntRange(min=1))
+@_option("--pile-up-idle-gpus", setting="pile_up_idle_gpus", type=click.IntRange(min=1))
 @_option("--group", setting="group_id")
 @_option("--idle-ms", setting="idle_ms", type=click.IntRange(min=0))
 @_option("--source-timeout", setting="source_timeout_s", type=click.FloatRange(min=0))
@@ -64,7 +66,8 @@ def worker(context: Context, /, **_flags: object) -> None:
     """Turn event topics into windows, alerts, the device changelog and state tables.
 
     Reads the node, workload, pod, inventory, container, sample and watermark topics in
-    event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage),
+    event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage, why GPU
+    pods wait),
     gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
     (newest state of every pod, node, inventory, container and workload; with the `latest`
     processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
@@ -94,6 +97,7 @@ def worker(context: Context, /, **_flags: object) -> None:
         DeviceChangelogOperator,
         LatestSamplesOperator,
         Operator,
+        PendingWaitsOperator,
         StateOperator,
         WorkloadUsageOperator,
     )
@@ -118,12 +122,22 @@ def worker(context: Context, /, **_flags: object) -> None:
             made.append(WorkloadUsageOperator(TumblingWindows(pipeline.window_s * 1000)))
         if "alerts" in chosen:
             made.append(
-                AlertOperator(AlertRules(pipeline.idle_below, pipeline.idle_for, pipeline.pending_for))
+                AlertOperator(
+                    AlertRules(
+                        pipeline.idle_below,
+                        pipeline.idle_for,
+                        pipeline.pending_for,
+                        pile_up_pods=pipeline.pile_up_pods,
+                        pile_up_idle_gpus=pipeline.pile_up_idle_gpus,
+                    )
+                )
             )
         if "changelog" in chosen:
             made.append(DeviceChangelogOperator())
         if "state" in chosen:
             made.append(StateOperator())
+        if "pending" in chosen:
+            made.append(PendingWaitsOperator(TumblingWindows(pipeline.window_s * 1000)))
         if "latest" in chosen:
             made.append(LatestSamplesOperator(round(pipeline.latest_every_s * 1000)))
         return made

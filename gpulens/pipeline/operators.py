@@ -16,6 +16,7 @@ from gpulens.pipeline.allocation import AllocationAggregator
 from gpulens.pipeline.checkpointing import Stateful, StateKey
 from gpulens.pipeline.device_changes import diff
 from gpulens.pipeline.latest_samples import LatestSamples
+from gpulens.pipeline.pending_waits import PendingWaits
 from gpulens.pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.pipeline.workload_usage import WorkloadUsage
@@ -37,6 +38,7 @@ from gpulens.schemas.model.topics import (
     GPU_SAMPLES,
     NODE_ALLOCATION,
     NODES,
+    PENDING_PODS,
     PODS,
     STATE_GPU_SAMPLES,
     WATERMARKS,
@@ -135,8 +137,27 @@ class WorkloadUsageOperator:
         return WORKLOAD_USAGE
 
 
+class PendingWaitsOperator:
+    """pending_gpu_pods: why each GPU pod waits, judged at window ends."""
+
+    name = "pending"
+    inputs = (NODES, PODS, WATERMARKS)
+
+    def __init__(self, windows: TumblingWindows) -> None:
+        self.state = self._waits = PendingWaits(windows)
+
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
+        return self._waits.advance(event)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        return self._waits.process(event)
+
+    def output(self, _row: Row) -> TopicSpec:
+        return PENDING_PODS
+
+
 class AlertOperator(_Unwindowed):
-    """GpuIdle, GpuPodPending, NodeNotReady and GpuLost alerts."""
+    """GpuIdle, GpuPodPending, GpuPendingPileUp, NodeNotReady and GpuLost alerts."""
 
     name = "alerts"
     inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES)

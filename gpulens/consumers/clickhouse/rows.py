@@ -26,6 +26,7 @@ from gpulens.schemas.model.models import (
     GpuSampleBatch,
     NodeEvent,
     NodeGpuAllocation,
+    PendingGpuPod,
     PodEvent,
     Record,
     WorkloadEvent,
@@ -162,11 +163,12 @@ WORKLOAD_GPU_USAGE = Layout(WorkloadGpuUsage, "workload_gpu_usage", *WorkloadGpu
 CLUSTER_OVERVIEW = Layout(ClusterOverview, "cluster_overview", *ClusterOverview.model_fields)
 ALERTS = Layout(Alert, "alerts", *Alert.model_fields)
 DEVICE_CHANGELOG = Layout(DeviceChange, "device_changelog", *DeviceChange.model_fields)
+PENDING_GPU_PODS = Layout(PendingGpuPod, "pending_gpu_pods", *PendingGpuPod.model_fields)
 
 LAYOUTS: tuple[Layout[Any], ...] = (
     *(NODES, PODS, WORKLOADS, CONTAINERS, CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, SAMPLES),
     *(CLUSTER_GPU_ALLOCATION, NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW),
-    *(ALERTS, DEVICE_CHANGELOG),
+    *(ALERTS, DEVICE_CHANGELOG, PENDING_GPU_PODS),
 )
 """Every table the sink writes, described (storage events and watermarks: none yet)."""
 

@@ -19,6 +19,7 @@ from gpulens.schemas.model.models import (
     GpuSampleBatch,
     NodeEvent,
     NodeGpuAllocation,
+    PendingGpuPod,
     PodEvent,
     Record,
     StorageEvent,
@@ -113,6 +114,13 @@ WORKLOAD_USAGE = TopicSpec(
     3,
     doc="workload_gpu_usage: GPUs held and their utilization per workload and window.",
 )
+PENDING_PODS = TopicSpec(
+    "gpulens.agg.pending-gpu-pods.v1",
+    PendingGpuPod,
+    "uid",
+    3,
+    doc="pending_gpu_pods: why each GPU pod waits, written at a window's end when its verdict changes.",
+)
 DEVICE_CHANGELOG = TopicSpec(
     "gpulens.changelog.devices.v1",
     DeviceChange,
@@ -179,6 +187,7 @@ STATE_TOPICS = (
 CATALOG: tuple[TopicSpec, ...] = (
     *(NODES, PODS, WORKLOADS, DEVICE_INVENTORY, GPU_SAMPLES, CONTAINERS, STORAGE, WATERMARKS),
     *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
+    PENDING_PODS,
     *STATE_TOPICS,
 )
 
