@@ -27,6 +27,7 @@ from gpulens.pipeline.operators import (
     DeviceChangelogOperator,
     IdleOwnersOperator,
     Operator,
+    PendingWaitsOperator,
     StateOperator,
     WorkloadUsageOperator,
 )
@@ -77,6 +78,7 @@ OPERATORS: dict[str, Callable[[], Operator]] = {
     "alerts": lambda: AlertOperator(AlertRules(idle_below_pct=20.0, idle_for_s=300.0, pending_for_s=120.0)),
     "changelog": DeviceChangelogOperator,
     "state": StateOperator,
+    "pending": lambda: PendingWaitsOperator(TumblingWindows(300_000)),
 }
 STREAMS: dict[str, Callable[[], list[Event]]] = {"simulated": simulated, "alibaba": alibaba, "genai": genai}
 
@@ -142,7 +144,7 @@ def gapped() -> list[Event]:
     return events[:half] + later
 
 
-@pytest.mark.parametrize("name", ["allocation", "workloads", "idle"])
+@pytest.mark.parametrize("name", ["allocation", "workloads", "idle", "pending"])
 def test_a_checkpoint_between_two_windows_of_a_gap_resumes_with_the_windows_left(name: str) -> None:
     """The worker commits between two windows an event closes, and after a crash gives the event
     again: two commits in a gap, a crash, a restore from the changelog, the event again."""
@@ -210,7 +212,7 @@ def test_input_positions_forget_what_a_lost_log_held() -> None:
     assert {key: positions.dump(key) for key in positions.changed()} == {("done", "a", "pods", 0): 7}
 
 
-@pytest.mark.parametrize("name", ["allocation", "workloads", "idle", "alerts"])
+@pytest.mark.parametrize("name", ["allocation", "workloads", "idle", "alerts", "pending"])
 def test_state_keeps_no_key_for_a_deleted_pod(name: str) -> None:
     """What a restart restores follows the pods that exist, not every pod there ever was."""
     operator, existing = OPERATORS[name](), set()

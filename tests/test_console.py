@@ -178,6 +178,15 @@ def test_idle_workloads_and_a_workloads_page(console: Console, demo: Demo) -> No
     expect(page.locator("[data-testid=workload-chart] .u-legend")).to_contain_text("utilization %")
 
 
+def why(pending: dict) -> str:
+    """The pending table's "why" cell: the reason class in words, and whether consolidating would
+    make room."""
+    if pending["reason_class"] is None:
+        return DASH
+    fits = " (fits after consolidation)" if pending["fits_after_consolidation"] else ""
+    return pending["reason_class"].replace("_", " ") + fits
+
+
 def test_pending_pods_and_open_alerts_are_the_apis(console: Console, demo: Demo) -> None:
     opened = demo.sql(
         "SELECT min(event_time) FROM alerts FINAL WHERE cluster = {c:String} AND alert = 'GpuPodPending'",
@@ -190,8 +199,8 @@ def test_pending_pods_and_open_alerts_are_the_apis(console: Console, demo: Demo)
     page = console.page
     expect(page.get_by_test_id("pending-table").locator("tbody tr")).to_have_count(len(pending))
     rows = [row.split("\t") for row in console.texts("[data-testid=pending-table] tbody tr")]
-    assert [(r[0], r[4]) for r in rows] == [
-        (f"{p['namespace']}/{p['name']}", p["reason"] or DASH) for p in pending
+    assert [(r[0], r[4], r[5]) for r in rows] == [
+        (f"{p['namespace']}/{p['name']}", p["reason"] or DASH, why(p)) for p in pending
     ]
 
     idle_since = demo.sql(

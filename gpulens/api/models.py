@@ -347,6 +347,14 @@ class PendingPod(BaseModel):
     age_s: float = Field(description="Seconds it has waited by asOf (or the cluster's newest event).")
     free_gpus: dict[str, float] | None = Field(description="Free GPUs by model when its alert opened.")
     max_free_on_one_node: dict[str, float] | None
+    reason_class: str | None = Field(
+        description="Why it waits: insufficient_gpus, fragmentation, taint_or_affinity, node_unavailable, "
+        "quota, not_admitted or unknown (its newest verdict by asOf; null before its first window end)."
+    )
+    fits_after_consolidation: bool | None = Field(
+        description="It fits now, or moving running pods off one node would make room for it."
+    )
+    judged_at: datetime | None = Field(description="The window end its verdict is from.")
 
 
 class Pending(Listing[PendingPod]):

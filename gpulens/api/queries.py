@@ -388,17 +388,33 @@ WITH
         WHERE cluster = {{cluster:String}} AND alert = 'GpuPodPending' AND state = 'OPENED'
           AND pod_uid IS NOT NULL AND event_time <= {AT}
         GROUP BY alerted_uid
+    ),
+    verdicts AS
+    (
+        SELECT judged_uid, v.1 AS reason_class, v.2 AS fits_after_consolidation, v.3 AS judged_at
+        FROM
+        (
+            SELECT uid AS judged_uid,
+                   argMax((reason_class, fits_after_consolidation, event_time), (event_time, event_id)) AS v
+            FROM pending_gpu_pods FINAL
+            WHERE cluster = {{cluster:String}} AND event_time <= {AT}
+            GROUP BY judged_uid
+        )
     )
 SELECT p.uid AS uid, p.namespace AS namespace, p.name AS name, p.workload_uid AS workload_uid,
        p.workload_kind AS workload_kind, p.workload_name AS workload_name, p.gpu_amount AS gpus_requested,
        p.creation_time AS created, coalesce(p.unschedulable_reason, nullIf(a.alert_labels['reason'], ''))
-       AS reason, p.unschedulable_message AS message, a.alert_labels AS alert_labels
+       AS reason, p.unschedulable_message AS message, a.alert_labels AS alert_labels,
+       v.judged_uid != '' AS judged, v.reason_class AS reason_class,
+       v.fits_after_consolidation AS fits_after_consolidation, v.judged_at AS judged_at
 FROM pods_at AS p
 LEFT JOIN pending_alerts AS a ON p.uid = a.alerted_uid
+LEFT JOIN verdicts AS v ON p.uid = v.judged_uid
 WHERE NOT p.deleted AND p.node IS NULL AND p.phase = 'Pending' AND p.gpu_amount > 0
 ORDER BY created, uid"""
-"""GPU pods waiting unbound as of ``at``, with the scheduler's reason and, once their
-GpuPodPending alert opened, the free GPUs by model it recorded."""
+"""GPU pods waiting unbound as of ``at``, with the scheduler's reason, their newest verdict by
+then (pending_gpu_pods: reason class, fits after consolidation; none before the first window end
+they waited over) and, once their GpuPodPending alert opened, the free GPUs by model it recorded."""
 
 _USAGE_IN_RANGE = """\
 WHERE u.cluster = {cluster:String}

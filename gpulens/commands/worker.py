@@ -54,6 +54,8 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--sample-valid", setting="sample_valid_s", type=click.FloatRange(min=0, min_open=True))
 @_option("--pending-for", setting="pending_for", type=click.FloatRange(min=0))
 @_option("--stale-after", setting="stale_after", type=click.FloatRange(min=0, min_open=True))
+@_option("--pile-up-pods", setting="pile_up_pods", type=click.IntRange(min=1))
+@_option("--pile-up-idle-gpus", setting="pile_up_idle_gpus", type=click.IntRange(min=1))
 @_option("--group", setting="group_id")
 @_option("--idle-ms", setting="idle_ms", type=click.IntRange(min=0))
 @_option("--source-timeout", setting="source_timeout_s", type=click.FloatRange(min=0))
@@ -70,7 +72,8 @@ def worker(context: Context, /, **_flags: object) -> None:
     """Turn event topics into windows, alerts, the device changelog and state tables.
 
     Reads the node, workload, pod, inventory, container, GPU health, sample and watermark topics in
-    event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage),
+    event-time order per cluster; writes gpulens.agg.*.v1 (allocation, workload usage, idle
+    GPU-hours by owner, why GPU pods wait),
     gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
     (newest state of every pod, node, inventory, container and workload; with the `latest`
     processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
@@ -102,6 +105,7 @@ def worker(context: Context, /, **_flags: object) -> None:
         IdleOwnersOperator,
         LatestSamplesOperator,
         Operator,
+        PendingWaitsOperator,
         StateOperator,
         WorkloadUsageOperator,
     )
@@ -137,7 +141,12 @@ def worker(context: Context, /, **_flags: object) -> None:
             made.append(
                 AlertOperator(
                     AlertRules(
-                        pipeline.idle_below, pipeline.idle_for, pipeline.pending_for, pipeline.stale_after
+                        pipeline.idle_below,
+                        pipeline.idle_for,
+                        pipeline.pending_for,
+                        pipeline.stale_after,
+                        pile_up_pods=pipeline.pile_up_pods,
+                        pile_up_idle_gpus=pipeline.pile_up_idle_gpus,
                     )
                 )
             )
@@ -145,6 +154,8 @@ def worker(context: Context, /, **_flags: object) -> None:
             made.append(DeviceChangelogOperator())
         if "state" in chosen:
             made.append(StateOperator())
+        if "pending" in chosen:
+            made.append(PendingWaitsOperator(TumblingWindows(pipeline.window_s * 1000)))
         if "latest" in chosen:
             made.append(LatestSamplesOperator(round(pipeline.latest_every_s * 1000)))
         return made

@@ -1,5 +1,5 @@
-"""Alerts as a stream, in event time: GpuIdle, GpuPodPending, NodeNotReady, GpuLost, GpuUnhealthy,
-GpuTelemetryStale.
+"""Alerts as a stream, in event time: GpuIdle, GpuPodPending, GpuPendingPileUp, NodeNotReady,
+GpuLost, GpuUnhealthy, GpuTelemetryStale.
 
 Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about.
 
@@ -12,6 +12,13 @@ Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about
   the scheduler's reason and the cluster's free GPUs by model at that moment, and the most
   free on any one node (fragmentation: free GPUs exist but no node has enough). Resolves when
   the pod is bound or deleted.
+- **GpuPendingPileUp** (the Focus-Server incident: hundreds of GPU jobs waiting while idle jobs
+  kept their GPUs): one per cluster. Opens when the GPU pods pending past ``pending_for_s``
+  (their GpuPodPending open) grow to ``pile_up_pods`` while at least ``pile_up_idle_gpus`` GPUs are
+  held but idle (their GpuIdle open); resolves when either falls below. Both counts change only
+  as those alerts open or resolve; the cluster is judged after the last event of such an
+  instant, when time moves past it (DESIGN.md: events of one instant are applied together), and
+  the alert carries that instant.
 - **NodeNotReady**: opens when a node's Ready condition goes false, resolves when it is back
   or the node is deleted.
 - **GpuLost**: a GPU vanished from its node's inventory; resolves if it comes back. Its message
@@ -28,7 +35,8 @@ Each alert is a pair of records, OPENED then RESOLVED, keyed by what it is about
 State is checkpointed key by key under ``[kind, cluster, ...]``: ``cluster`` (instant), ``run``
 (idle runs per GPU), ``pending`` (unbound GPU pods), ``holding`` (pods holding GPUs), ``node``,
 ``gpus`` (each node's last inventory), ``health`` (each GPU's last health event), ``sampled``
-(each node's last sample time) and ``holders`` (see :mod:`gpulens.pipeline.holders`).
+(each node's last sample time), ``pileup`` (when the open pile-up began, and whether the
+instant is to be judged) and ``holders`` (see :mod:`gpulens.pipeline.holders`).
 Each cluster's instant and keys follow the aggregators' skeleton (:mod:`gpulens.pipeline.aggregating`).
 """
 
@@ -71,6 +79,8 @@ class AlertRules:
     idle_for_s: float = 600.0
     pending_for_s: float = 300.0
     stale_after_s: float = 300.0
+    pile_up_pods: int = 5
+    pile_up_idle_gpus: int = 1
 
 
 @dataclass(slots=True)
@@ -133,6 +143,9 @@ class _Cluster:
     silences: list[tuple[int, str]] = field(default_factory=list)
     """Heap of (last sample + stale_after, node), one per sample batch; an entry whose node sampled
     since is skipped when it comes up. Rebuilt from ``sampled`` on restore."""
+    pile_up_since: int | None = None
+    pile_up_stale: bool = False
+    """GpuIdle or GpuPodPending alerts changed at the instant: judge the pile-up when time moves on."""
 
 
 class AlertDetector(BaseAggregator[_Cluster]):
@@ -141,6 +154,8 @@ class AlertDetector(BaseAggregator[_Cluster]):
     def __init__(self, rules: AlertRules) -> None:
         super().__init__()
         self.rules = rules
+        self._settled: list[Alert] = []
+        """Pile-up alerts of the instant time just left (:meth:`_settle`), for the event moving it."""
 
     def _open(self, name: str, at: int) -> _Cluster:
         return _Cluster(name, at)
@@ -149,7 +164,8 @@ class AlertDetector(BaseAggregator[_Cluster]):
         """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
         cluster = self._enter(event)
         at = cluster.instant
-        alerts = self._expire_pending(cluster, at)
+        alerts, self._settled = self._settled, []
+        alerts += self._expire_pending(cluster, at)
         alerts += self._expire_silences(cluster, at)
         if isinstance(event, GpuSampleBatch | SampleColumns):
             alerts += self._samples(cluster, event)
@@ -164,7 +180,16 @@ class AlertDetector(BaseAggregator[_Cluster]):
             alerts += self._pod(cluster, event)
         elif isinstance(event, GpuHealthEvent):
             alerts += self._health(cluster, event)
+        if not cluster.pile_up_stale and any(a.alert in ("GpuIdle", "GpuPodPending") for a in alerts):
+            cluster.pile_up_stale = True
+            self._changed.add(("pileup", cluster.name))
         return alerts
+
+    def _settle(self, cluster: _Cluster) -> None:
+        if cluster.pile_up_stale:
+            cluster.pile_up_stale = False
+            self._changed.add(("pileup", cluster.name))
+            self._settled += self._pile_up(cluster, cluster.instant)
 
     # --- GpuIdle ------------------------------------------------------------------------------
 
@@ -510,6 +535,36 @@ class AlertDetector(BaseAggregator[_Cluster]):
             labels=labels,
         )
 
+    # --- GpuPendingPileUp ----------------------------------------------------------------------
+
+    def _pile_up(self, cluster: _Cluster, at: int) -> list[Alert]:
+        pending = sum(1 for p in cluster.pending.values() if p.alerted)
+        idle = sum(1 for run in cluster.runs.values() if run.opened)
+        piled = pending >= self.rules.pile_up_pods and idle >= self.rules.pile_up_idle_gpus
+        if piled == (cluster.pile_up_since is not None):
+            return []
+        since, cluster.pile_up_since = (at, at) if piled else (cluster.pile_up_since or at, None)
+        state = AlertState.OPENED if piled else AlertState.RESOLVED
+        message = (
+            f"{pending} GPU pods pending while {idle} GPUs are held but idle"
+            if piled
+            else f"pile-up over: {pending} GPU pods pending long, {idle} GPUs held but idle"
+        )
+        return [
+            Alert(
+                event_id=event_id(cluster.name, "GpuPendingPileUp", since, state.value),
+                cluster=cluster.name,
+                event_time=from_ms(at),
+                source=SOURCE,
+                alert="GpuPendingPileUp",
+                state=state,
+                entity=cluster.name,
+                since=from_ms(since),
+                message=message,
+                labels={"pending_pods": str(pending), "idle_gpus": str(idle)},
+            )
+        ]
+
     # --- checkpoint: holders, gpus, run, pending, holding, node besides ["cluster", c] ---------
 
     def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
@@ -523,11 +578,16 @@ class AlertDetector(BaseAggregator[_Cluster]):
             ("sampled", cluster.sampled),
         ):  # fmt: skip
             yield from ((kind, cluster.name, entity) for entity in entries)
+        if cluster.pile_up_since is not None or cluster.pile_up_stale:
+            yield ("pileup", cluster.name)
 
     def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
         kind, entity = key[0], key[-1]
         if kind == "cluster":
             return cluster.instant
+        if kind == "pileup":
+            live = cluster.pile_up_since is not None or cluster.pile_up_stale
+            return [cluster.pile_up_since, cluster.pile_up_stale] if live else None
         if kind == "holders":
             return cluster.holders.dump(key[2:])
         if kind == "gpus":
@@ -561,6 +621,8 @@ class AlertDetector(BaseAggregator[_Cluster]):
         kind, entity = key[0], key[-1]
         if kind == "cluster":
             cluster.instant = value
+        elif kind == "pileup":
+            cluster.pile_up_since, cluster.pile_up_stale = value
         elif kind == "holders":
             cluster.holders.load(key[2:], value)
         elif kind == "gpus":

@@ -17,6 +17,7 @@ from gpulens.pipeline.checkpointing import Stateful, StateKey
 from gpulens.pipeline.device_changes import diff
 from gpulens.pipeline.idle_owners import IdleOwners, IdleRules
 from gpulens.pipeline.latest_samples import LatestSamples
+from gpulens.pipeline.pending_waits import PendingWaits
 from gpulens.pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.pipeline.workload_usage import WorkloadUsage
@@ -40,6 +41,7 @@ from gpulens.schemas.model.topics import (
     IDLE_GPU_HOURS,
     NODE_ALLOCATION,
     NODES,
+    PENDING_PODS,
     PODS,
     STATE_GPU_SAMPLES,
     WATERMARKS,
@@ -157,8 +159,28 @@ class IdleOwnersOperator:
         return IDLE_GPU_HOURS
 
 
+class PendingWaitsOperator:
+    """pending_gpu_pods: why each GPU pod waits, judged at window ends."""
+
+    name = "pending"
+    inputs = (NODES, PODS, WATERMARKS)
+
+    def __init__(self, windows: TumblingWindows) -> None:
+        self.state = self._waits = PendingWaits(windows)
+
+    def advance(self, event: Given) -> Iterator[Sequence[Record]]:
+        return self._waits.advance(event)
+
+    def process(self, event: Given) -> Sequence[Record]:
+        return self._waits.process(event)
+
+    def output(self, _row: Row) -> TopicSpec:
+        return PENDING_PODS
+
+
 class AlertOperator(_Unwindowed):
-    """GpuIdle, GpuPodPending, NodeNotReady, GpuLost, GpuUnhealthy and GpuTelemetryStale alerts."""
+    """GpuIdle, GpuPodPending, GpuPendingPileUp, NodeNotReady, GpuLost, GpuUnhealthy and
+    GpuTelemetryStale alerts."""
 
     name = "alerts"
     inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_HEALTH, GPU_SAMPLES)

@@ -18,7 +18,7 @@ from pydantic_settings import NoDecode
 
 from gpulens.schemas.kafka.sharding import UNSHARDED, Shard
 
-Processor = Literal["allocation", "workloads", "idle", "alerts", "changelog", "state", "latest"]
+Processor = Literal["allocation", "workloads", "idle", "alerts", "changelog", "state", "pending", "latest"]
 PROCESSORS: tuple[Processor, ...] = typing.get_args(Processor)
 DEFAULT_PROCESSORS = PROCESSORS[:-1]
 """``latest`` (each node's newest samples, for the exporter's per-GPU mode) runs only when asked."""
@@ -86,6 +86,15 @@ class PipelineSettings(BaseModel):
         gt=0,
         description="idle: how long a GPU sample describes its GPU when no newer one comes, seconds; "
         "after that the GPU's hours count as unmeasured.",
+    )
+    pile_up_pods: int = Field(
+        default=5,
+        ge=1,
+        description="GpuPendingPileUp: GPU pods pending past pending_for (their GpuPodPending open) that, "
+        "with pile_up_idle_gpus GPUs idle, open it.",
+    )
+    pile_up_idle_gpus: int = Field(
+        default=1, ge=1, description="GpuPendingPileUp: GPUs held but idle (their GpuIdle open) it needs."
     )
     group_id: str = Field(
         default="gpulens-worker",

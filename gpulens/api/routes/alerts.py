@@ -14,7 +14,13 @@ router = APIRouter(tags=["alerts"])
 
 STATES = {"open": "OPENED", "resolved": "RESOLVED"}
 AlertName = Literal[
-    "GpuIdle", "GpuPodPending", "NodeNotReady", "GpuLost", "GpuUnhealthy", "GpuTelemetryStale"
+    "GpuIdle",
+    "GpuPodPending",
+    "GpuPendingPileUp",
+    "NodeNotReady",
+    "GpuLost",
+    "GpuUnhealthy",
+    "GpuTelemetryStale",
 ]
 
 
@@ -43,8 +49,10 @@ def _by_model(labels: dict[str, str], prefix: str) -> dict[str, float]:
 @router.get("/pending", response_model=Pending)
 def pending(cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     """GPU pods waiting unbound as of ``asOf`` (default: the cluster's newest event), oldest
-    first: the scheduler's reason, how long they have waited, and, once their GpuPodPending
-    alert opened, the free GPUs by model (and the most free on one node) when they waited."""
+    first: the scheduler's reason, how long they have waited, why they wait (reason class and
+    whether consolidation would make room, as judged at the last window end), and, once their
+    GpuPodPending alert opened, the free GPUs by model (and the most free on one node) when
+    they waited."""
     now = (
         utc(as_of)
         if as_of is not None
@@ -53,6 +61,8 @@ def pending(cluster: Cluster, db: Db, as_of: AsOf = None) -> dict[str, Any]:
     data = []
     for row in db.rows(queries.PENDING, {"cluster": cluster, "at": at(as_of)}):
         labels = row.pop("alert_labels")
+        if not row.pop("judged"):  # no verdict yet: the LEFT JOIN's defaults mean nothing
+            row |= {"reason_class": None, "fits_after_consolidation": None, "judged_at": None}
         data.append(
             {
                 **row,

@@ -51,5 +51,6 @@ SELECT
 ADAPTER_VIEWS = ("node_statistic", "workload_statistic")
 """Views that give Primus-SaFE's adapter tables (migration 0007)."""
 
-DERIVED_TABLES = ("workload_pods", "workload_pods_from_pods")
-"""Kept by ClickHouse itself from the sink's tables (a table and the materialized view feeding it)."""
+DERIVED_TABLES = ("workload_pods", "workload_pods_from_pods", "gpu_pod_waits")
+"""Kept by ClickHouse itself from the sink's tables (a table and the materialized view feeding
+it; the waits of GPU pods, a view of migration 0012)."""

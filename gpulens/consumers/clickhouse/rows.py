@@ -28,6 +28,7 @@ from gpulens.schemas.model.models import (
     IdleGpuHours,
     NodeEvent,
     NodeGpuAllocation,
+    PendingGpuPod,
     PodEvent,
     Record,
     WorkloadEvent,
@@ -173,11 +174,12 @@ CLUSTER_OVERVIEW = Layout(ClusterOverview, "cluster_overview", *ClusterOverview.
 ALERTS = Layout(Alert, "alerts", *Alert.model_fields)
 DEVICE_CHANGELOG = Layout(DeviceChange, "device_changelog", *DeviceChange.model_fields)
 IDLE_GPU_HOURS = Layout(IdleGpuHours, "idle_gpu_hours", *IdleGpuHours.model_fields)
+PENDING_GPU_PODS = Layout(PendingGpuPod, "pending_gpu_pods", *PendingGpuPod.model_fields)
 
 LAYOUTS: tuple[Layout[Any], ...] = (
     *(NODES, PODS, WORKLOADS, CONTAINERS, CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, SAMPLES),
     *(CLUSTER_GPU_ALLOCATION, NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW),
-    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH, IDLE_GPU_HOURS),
+    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH, IDLE_GPU_HOURS, PENDING_GPU_PODS),
 )
 """Every table the sink writes, described (storage events and watermarks: none yet)."""
 

@@ -54,6 +54,7 @@ __all__ = [
     "NodeGpuAllocation",
     "NonNegative",
     "OwnerReference",
+    "PendingGpuPod",
     "PodCondition",
     "PodEvent",
     "RdmaDevice",
@@ -599,6 +600,30 @@ class DeviceChange(Event):
     after: dict[str, str] = Field(default_factory=dict, description="Changed fields' new values.")
 
 
+class PendingGpuPod(Event):
+    """Why a GPU pod waits, as the worker judged it at a window's end: written when its verdict
+    (class, what-if, the scheduler's words) changes, so a pod's verdict at an instant is its
+    newest row by then (:mod:`gpulens.pipeline.pending_waits`)."""
+
+    uid: str = Field(min_length=1, description="Pod uid: the entity key.")
+    namespace: str = Field(description="Namespace.")
+    name: str = Field(description="Pod name.")
+    created: Timestamp = Field(description="Its creationTimestamp: its wait counts from here.")
+    waited_s: float = Field(ge=0, description="Seconds it had waited at event_time.")
+    gpus_requested: float = Field(ge=0, description="Its GPU amount (DESIGN.md definition).")
+    reason_class: str = Field(
+        description="insufficient_gpus, fragmentation, taint_or_affinity, node_unavailable, quota, "
+        "not_admitted or unknown."
+    )
+    scheduler_reason: str | None = Field(default=None, description="The scheduler's reason, if any.")
+    scheduler_message: str | None = Field(default=None, description="The scheduler's message, if any.")
+    gpus_free: float = Field(ge=0, description="Free GPUs on the Ready, schedulable nodes it may use.")
+    max_free_on_one_node: float = Field(ge=0, description="The most of them free on any one node.")
+    fits_after_consolidation: bool = Field(
+        description="It fits now, or moving running pods off one node (onto free room elsewhere) makes room."
+    )
+
+
 class AlertState(StrEnum):
     """Whether an alert starts or ends with this record."""
 
@@ -607,9 +632,10 @@ class AlertState(StrEnum):
 
 
 class Alert(Event):
-    """An alert opening or resolving, in event time (GpuIdle, GpuPodPending, NodeNotReady, GpuLost)."""
+    """An alert opening or resolving, in event time (GpuIdle, GpuPodPending, GpuPendingPileUp,
+    NodeNotReady, GpuLost)."""
 
-    alert: str = Field(description="GpuIdle, GpuPodPending, NodeNotReady or GpuLost.")
+    alert: str = Field(description="GpuIdle, GpuPodPending, GpuPendingPileUp, NodeNotReady or GpuLost.")
     state: AlertState = Field(description="OPENED or RESOLVED.")
     entity: str = Field(description="What it is about: GPU id, pod uid or node name.")
     node: str | None = Field(default=None, description="Node concerned.")

@@ -21,6 +21,7 @@ from gpulens.schemas.model.models import (
     IdleGpuHours,
     NodeEvent,
     NodeGpuAllocation,
+    PendingGpuPod,
     PodEvent,
     Record,
     StorageEvent,
@@ -131,6 +132,13 @@ IDLE_GPU_HOURS = TopicSpec(
     doc="idle_gpu_hours: per window, GPU and owner, GPU-hours active, idle, memory-idle, unmeasured "
     "and unallocated.",
 )
+PENDING_PODS = TopicSpec(
+    "gpulens.agg.pending-gpu-pods.v1",
+    PendingGpuPod,
+    "uid",
+    3,
+    doc="pending_gpu_pods: why each GPU pod waits, written at a window's end when its verdict changes.",
+)
 DEVICE_CHANGELOG = TopicSpec(
     "gpulens.changelog.devices.v1",
     DeviceChange,
@@ -199,6 +207,7 @@ CATALOG: tuple[TopicSpec, ...] = (
     GPU_HEALTH,
     *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
     IDLE_GPU_HOURS,
+    PENDING_PODS,
     *STATE_TOPICS,
 )
 

@@ -1,8 +1,14 @@
-// GPU pods waiting unbound (/pending), oldest first, with the scheduler's reason and the free
-// GPUs by model when their GpuPodPending alert opened.
+// GPU pods waiting unbound (/pending), oldest first, with the scheduler's reason, why they wait
+// (the worker's reason class, and whether consolidating pods would make room) and the free GPUs
+// by model when their GpuPodPending alert opened.
 
 import { get } from "../api.js";
 import { age, gpus, h, table, when, workloadLink } from "../dom.js";
+
+const why = (p) =>
+  p.reason_class
+    ? p.reason_class.replaceAll("_", " ") + (p.fits_after_consolidation ? " (fits after consolidation)" : "")
+    : "–";
 
 const byModel = (counts) =>
   counts ? Object.entries(counts).map(([model, n]) => `${model}: ${n}`).join(", ") || "none" : "–";
@@ -22,6 +28,7 @@ export async function render(ctx) {
         ["GPUs", (p) => gpus(p.gpus_requested), "num"],
         ["waiting", (p) => age(p.age_s), "num"],
         ["reason", (p) => p.reason || "–"],
+        ["why", why],
         ["free GPUs when alerted", (p) => byModel(p.free_gpus)],
         ["message", (p) => p.message || ""],
       ],
