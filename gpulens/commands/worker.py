@@ -12,7 +12,7 @@ import click
 
 from gpulens.cli_context import Context, ShardType, pass_context, with_flags
 from gpulens.commands.service import Metrics, run_service
-from gpulens.pipeline.settings import PROCESSORS, PipelineSettings, split_processors
+from gpulens.pipeline.settings import PROCESSORS, PipelineSettings, split_commas
 from gpulens.schemas.model.topics import CATALOG
 
 
@@ -26,7 +26,7 @@ def _option(*flags: str, setting: str, **kwargs: Any) -> Callable[[Callable[...,
 
 
 def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
-    chosen = split_processors(value)
+    chosen = split_commas(value)
     if set(chosen) - set(PROCESSORS) or not chosen:
         raise click.BadParameter(
             f"choose from {', '.join(PROCESSORS)} (got {value!r})", param_hint="--processors"
@@ -48,7 +48,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--idle-below", setting="idle_below", type=click.FloatRange(min=0))
 @_option("--idle-for", setting="idle_for", type=click.FloatRange(min=0))
 @_option("--idle-window", setting="idle_window_s", type=click.IntRange(min=1))
-@_option("--owner-labels", setting="owner_labels", default="", callback=lambda _c, _p, v: split_processors(v))
+@_option("--owner-labels", setting="owner_labels", default="", callback=lambda _c, _p, v: split_commas(v))
 @_option("--compute-idle-below", setting="compute_idle_below", type=click.FloatRange(min=0))
 @_option("--memory-floor", setting="memory_floor_mib", type=click.IntRange(min=0))
 @_option("--sample-valid", setting="sample_valid_s", type=click.FloatRange(min=0, min_open=True))

@@ -24,8 +24,8 @@ DEFAULT_PROCESSORS = PROCESSORS[:-1]
 """``latest`` (each node's newest samples, for the exporter's per-GPU mode) runs only when asked."""
 
 
-def split_processors(text: str) -> tuple[str, ...]:
-    """``"allocation, alerts"``: the processors as the flag and a variable write them."""
+def split_commas(text: str) -> tuple[str, ...]:
+    """``"allocation, alerts"``: a list as a flag and a variable write it (processors, owner labels)."""
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
@@ -165,7 +165,7 @@ class PipelineSettings(BaseModel):
         if isinstance(value, str):
             if value.lstrip().startswith("["):
                 return json.loads(value)
-            return split_processors(value)
+            return split_commas(value)
         return value
 
     @field_validator("owner_labels", mode="before")
@@ -173,7 +173,7 @@ class PipelineSettings(BaseModel):
     def _split_owner_labels(cls, value: object) -> object:
         """A list, or ``"team,project"`` as the flag and a variable take it."""
         if isinstance(value, str):
-            return json.loads(value) if value.lstrip().startswith("[") else split_processors(value)
+            return json.loads(value) if value.lstrip().startswith("[") else split_commas(value)
         return value
 
     @field_validator("shard", mode="before")
