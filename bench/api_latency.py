@@ -110,6 +110,12 @@ def cases(settings: GPULensSettings) -> list[Case]:
             },
         ),
         Case(
+            f"/api/clusters/{gen}/idleByOwner",
+            {"groupBy": "namespace"},
+            queries.IDLE_BY_OWNER["namespace"],
+            {"cluster": gen, "start": queries.START_OF_TIME, "end": queries.END_OF_TIME},
+        ),
+        Case(
             f"/api/clusters/{gen}/gpuHeatmap",
             {**span, "step": step},
             queries.GPU_HEATMAP,
@@ -128,6 +134,12 @@ def cases(settings: GPULensSettings) -> list[Case]:
             f"/api/nodes/{gen_node}/gpuDevices",
             {"cluster": gen},
             queries.NODE_GPU_DEVICES,
+            {"cluster": gen, "node": gen_node, "at": queries.END_OF_TIME},
+        ),
+        Case(
+            f"/api/nodes/{gen_node}/gpuHealth",
+            {"cluster": gen},
+            queries.NODE_GPU_HEALTH,
             {"cluster": gen, "node": gen_node, "at": queries.END_OF_TIME},
         ),
         Case(
