@@ -224,7 +224,7 @@ def test_the_agent_configured_for_the_gateway_delivers_its_samples_through_it(
     [samples] = [codec.decode(GPU_SAMPLES, v) for v in read_topic(platform.kafka, GPU_SAMPLES, key, 1)]
     assert [s.index for s in samples.samples] == [0, 1]
     received = gateway.metrics.registry.get_sample_value("gpulens_gateway_events_received_total")
-    assert received == 2  # the sample batch and the inventory, in one message
+    assert received == 4  # the sample batch, the inventory and each GPU's first health, in one message
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
