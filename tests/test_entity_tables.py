@@ -65,6 +65,9 @@ from gpulens.testing.examples import example_events
 JOB = OwnerReference(kind="Job", api_version="batch/v1", name="train", uid="job-9")
 ACTIVE = {"Pending", "Running"}
 
+SESSION_TIMEOUT_S = 6
+"""`gpulens tables`' session timeout in its group (broker_session_timeout)."""
+
 Rows = list[tuple[int, int, bytes, bytes | None]]
 """(partition, offset, key, value) of one cluster on one topic."""
 
@@ -292,6 +295,14 @@ class TablesApp:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
+    def pause(self, seconds: float) -> None:
+        """Freeze it for ``seconds`` (SIGSTOP, then SIGCONT), as a long pause of the process
+        or a starved CPU would: the fault lasts that long, nothing is waited for."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+        time.sleep(seconds)
+        os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop it cleanly: a killed app leaves its transaction open on the shared state topics,
         and read_committed readers of later tests then wait for the broker to time it out."""
@@ -484,7 +495,7 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
 
 
 def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
-    """About 1,100 events: pods of ten deployments and a job living their phases (some
+    """About 2,000 events: pods of ten deployments and a job living their phases (some
     deleted), nodes changing, containers coming and going, inventories with new firmware."""
     rng = random.Random(seed)
     chains = [
@@ -495,7 +506,7 @@ def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
         for k in range(10)
     ]
     lives = []
-    for n in range(120):
+    for n in range(240):
         owners = chains[n % 10] if n % 11 else [JOB]
         end = rng.choice(["Succeeded", "Failed", "Running"])
         life = [
@@ -535,6 +546,20 @@ def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
     return events
 
 
+def feed(platform, codec: AvroCodec, events: list[tuple[TopicSpec, Event]], halfway: threading.Event) -> None:
+    """Publish ``events`` as a live source would, about 200 events/s; ``halfway`` is set
+    halfway through."""
+    publisher = EventPublisher(platform.kafka, codec)
+    for n, (topic, event) in enumerate(events, 1):
+        publisher.publish(topic, event)
+        if n % 20 == 0:
+            publisher.flush()
+            if n >= len(events) // 2:
+                halfway.set()
+            time.sleep(0.1)  # the pace of the source, not a wait for the app
+    publisher.flush()
+
+
 def progress(platform, group: str, specs: Iterable[TopicSpec]) -> dict[tuple[str, int], tuple[int, int]]:
     """Per source partition: (offset the group committed, end offset). Asked through the admin
     API: a consumer with the app's group id leaves the group when closed, and noida-db then
@@ -559,14 +584,14 @@ def progress(platform, group: str, specs: Iterable[TopicSpec]) -> dict[tuple[str
 def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
     platform, codec: AvroCodec, unique: str, tables_app
 ) -> None:
-    """Killed mid-stream and restarted, the app writes every state row once, and its tables
-    lose nothing across the rebalances a loaded machine brings (issue 12: noida-db drops a
-    member whose heartbeat is late; it re-joins and gets its partitions back)."""
+    """Frozen past its session timeout, then killed mid-stream and restarted, the app writes
+    every state row once and its tables lose nothing (issue 12: noida-db drops a member whose
+    heartbeat is late; it re-joins, gets its partitions back and recovers its tables)."""
     cluster = f"tables-kill-{unique}"
     group = f"tk-{unique}"
     sources = [PODS, NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, forwarded_topic(group)]
     events = stream_of_changes(cluster, seed=7)
-    half = len(events) // 2
+    half, three_quarters = len(events) // 2, 3 * len(events) // 4
     publish(platform, codec, events[:half])
     app = tables_app(group)
     app.start()
@@ -576,28 +601,22 @@ def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
         done_and_end = progress(platform, group, [PODS]).values()
         return sum(done for done, _ in done_and_end), sum(end for _, end in done_and_end)
 
-    wait_until(lambda: committed()[0] >= 100, 60, "the first pods committed")
-    second = events[half:]
+    def next_commit() -> None:
+        before = committed()[0]
+        wait_until(lambda: committed()[0] > before, 60, "a commit")
+
+    wait_until(lambda: committed()[0] == committed()[1], 60, "the first half committed")
+    publish(platform, codec, events[half:three_quarters])
+    # Frozen past its session timeout with records to do: the broker drops it, it re-joins
+    # with the same partitions and recovers its tables while it applies them.
+    app.pause(SESSION_TIMEOUT_S + 2)
+    next_commit()  # the one overdue at the pause
+    next_commit()  # after the recovery
     halfway = threading.Event()
-
-    def feed() -> None:
-        """The second half as a live source sends it, about 200 events/s: the app is killed
-        halfway, its input still arriving and a transaction open."""
-        publisher = EventPublisher(platform.kafka, codec)
-        for n, (topic, event) in enumerate(second, 1):
-            publisher.publish(topic, event)
-            if n % 20 == 0:
-                publisher.flush()
-                if n >= len(second) // 2:
-                    halfway.set()
-                else:
-                    time.sleep(0.1)  # the pace of the source, not a wait for the app
-        publisher.flush()
-
-    feeder = threading.Thread(target=feed)
+    feeder = threading.Thread(target=feed, args=(platform, codec, events[three_quarters:], halfway))
     feeder.start()
     assert halfway.wait(60)
-    app.kill()
+    app.kill()  # its input still arriving, a transaction open
     feeder.join()
     done, end = committed()
     assert done < end, "killed mid-stream"
