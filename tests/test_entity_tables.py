@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pod_events import DEPLOYMENT, REPLICASET, T0, at, pod
 
 from gpulens.config import GPULensSettings
+from gpulens.pipeline.entity_tables import forwarded_topic
 from gpulens.platform import private_platform
 from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.kafka.topic_admin import create_topics
@@ -61,6 +64,9 @@ from gpulens.testing.examples import example_events
 
 JOB = OwnerReference(kind="Job", api_version="batch/v1", name="train", uid="job-9")
 ACTIVE = {"Pending", "Running"}
+
+SESSION_TIMEOUT_S = 6
+"""`gpulens tables`' session timeout in its group (broker_session_timeout)."""
 
 Rows = list[tuple[int, int, bytes, bytes | None]]
 """(partition, offset, key, value) of one cluster on one topic."""
@@ -210,6 +216,13 @@ def expected_workloads(events: list[Event]) -> dict[str, dict[str, Any] | None]:
 
 def read(platform, topic: TopicSpec, cluster: str, *, prefix: bytes | None = None) -> Rows:
     """Every committed record of ``cluster`` on ``topic`` (key ``cluster/...``, or ``prefix``...)."""
+    return read_topics(platform, [topic], cluster, prefix=prefix)[topic.name]
+
+
+def read_topics(
+    platform, topics: Iterable[TopicSpec], cluster: str, *, prefix: bytes | None = None
+) -> dict[str, Rows]:
+    """``read`` of several topics by one consumer, by topic name."""
     prefix = prefix or f"{cluster}/".encode()
     consumer = Consumer(
         platform.kafka.librdkafka(
@@ -220,19 +233,21 @@ def read(platform, topic: TopicSpec, cluster: str, *, prefix: bytes | None = Non
             }
         )
     )
-    count = topic.partitions
-    consumer.assign([TopicPartition(topic.name, p, 0) for p in range(count)])
-    ends: set[int] = set()
-    out: Rows = []
+    partitions = [TopicPartition(topic.name, p, 0) for topic in topics for p in range(topic.partitions)]
+    consumer.assign(partitions)
+    ends: set[tuple[str, int]] = set()
+    out: dict[str, Rows] = {topic.name: [] for topic in topics}
     deadline = time.monotonic() + 30
     try:
-        while len(ends) < count and time.monotonic() < deadline:
+        while len(ends) < len(partitions) and time.monotonic() < deadline:
             for message in consumer.consume(1000, 0.5):
                 error = message.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    ends.add(message.partition())
+                    ends.add((message.topic() or "", message.partition()))
                 elif error is None and (message.key() or b"").startswith(prefix):
-                    out.append((message.partition(), message.offset(), message.key() or b"", message.value()))
+                    out[message.topic() or ""].append(
+                        (message.partition(), message.offset(), message.key() or b"", message.value())
+                    )
     finally:
         consumer.close()
     return out
@@ -279,6 +294,14 @@ class TablesApp:
         assert self.process is not None
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait()
+
+    def pause(self, seconds: float) -> None:
+        """Freeze it for ``seconds`` (SIGSTOP, then SIGCONT), as a long pause of the process
+        or a starved CPU would: the fault lasts that long, nothing is waited for."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+        time.sleep(seconds)
+        os.kill(self.process.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """Stop it cleanly: a killed app leaves its transaction open on the shared state topics,
@@ -523,54 +546,96 @@ def stream_of_changes(cluster: str, seed: int) -> list[tuple[TopicSpec, Event]]:
     return events
 
 
-@pytest.mark.skipif(
-    not os.environ.get("GPULENS_KNOWN_DEFECTS"),
-    reason="known defect, a minute to show it: set GPULENS_KNOWN_DEFECTS=1 to run it",
-)
-@pytest.mark.xfail(
-    reason="2 runs in 8 since the repeated rows were fixed (see exactly_once): after the restart, a "
-    "state topic (gpulens.state.devices.v1 in the one looked at) stays short of rows past the wait "
-    "(no error in the app's log; not told apart yet: a partition stalled after Sequence.rewind, "
-    "or records lost)",
-    strict=False,
-)
+def feed(platform, codec: AvroCodec, events: list[tuple[TopicSpec, Event]], halfway: threading.Event) -> None:
+    """Publish ``events`` as a live source would, about 200 events/s; ``halfway`` is set
+    halfway through."""
+    publisher = EventPublisher(platform.kafka, codec)
+    for n, (topic, event) in enumerate(events, 1):
+        publisher.publish(topic, event)
+        if n % 20 == 0:
+            publisher.flush()
+            if n >= len(events) // 2:
+                halfway.set()
+            time.sleep(0.1)  # the pace of the source, not a wait for the app
+    publisher.flush()
+
+
+def progress(platform, group: str, specs: Iterable[TopicSpec]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per source partition: (offset the group committed, end offset). Asked through the admin
+    API: a consumer with the app's group id leaves the group when closed, and noida-db then
+    dropped the app's member too (measured: a rebalance every 7 s while this was polled)."""
+    tps = [TopicPartition(spec.name, p) for spec in specs for p in range(spec.partitions)]
+    admin = AdminClient(platform.kafka.librdkafka())
+    request = ConsumerGroupTopicPartitions(group, tps)
+    committed = admin.list_consumer_group_offsets([request])[group].result(10).topic_partitions
+    reader = Consumer(platform.kafka.librdkafka(**{"group.id": f"progress-{group}"}))
+    try:
+        return {
+            (tp.topic, tp.partition): (
+                max(tp.offset, 0),
+                reader.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1],
+            )
+            for tp in committed
+        }
+    finally:
+        reader.close()
+
+
 def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
     platform, codec: AvroCodec, unique: str, tables_app
 ) -> None:
+    """Frozen past its session timeout, then killed mid-stream and restarted, the app writes
+    every state row once and its tables lose nothing (issue 12: noida-db drops a member whose
+    heartbeat is late; it re-joins, gets its partitions back and recovers its tables)."""
     cluster = f"tables-kill-{unique}"
+    group = f"tk-{unique}"
+    sources = [PODS, NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, forwarded_topic(group)]
     events = stream_of_changes(cluster, seed=7)
-    half = len(events) // 2
+    half, three_quarters = len(events) // 2, 3 * len(events) // 4
     publish(platform, codec, events[:half])
-    app = tables_app(f"tk-{unique}")
-    app.start()
-    wait_until(lambda: len(read(platform, STATE_PODS, cluster)) >= 150, 120, "the first pod rows")
-    publish(platform, codec, events[half:])
-    wait_until(lambda: len(read(platform, STATE_PODS, cluster)) >= 400, 120, "pod rows of the second half")
-    app.kill()
-    assert len(read(platform, STATE_PODS, cluster)) < 960, "killed mid-stream"
+    app = tables_app(group)
     app.start()
 
-    plain = [event for _, event in events]
-    pods = [e for e in plain if isinstance(e, PodEvent)]
-    wait_until(
-        lambda: (
-            len(read(platform, STATE_PODS, cluster))
-            >= len(pods) + sum(p.type == ChangeType.DELETED for p in pods)
-        ),
-        120,
-        "every pod row",
-    )
-    want_workloads = expected_workloads(plain)
-    wait_until(
-        lambda: len(table(read(platform, STATE_WORKLOADS, cluster))) == len(want_workloads),
-        60,
-        "the workloads",
-    )
+    def committed() -> tuple[int, int]:
+        """Pod records the app committed, and pod records published (of every test's cluster)."""
+        done_and_end = progress(platform, group, [PODS]).values()
+        return sum(done for done, _ in done_and_end), sum(end for _, end in done_and_end)
 
-    def rows_by_event_id(spec: TopicSpec) -> tuple[Counter[str], int]:
-        rows = read(platform, spec, cluster)
-        ids = Counter(codec.decode(spec, value).event_id for *_, value in rows if value is not None)
-        return ids, sum(value is None for *_, value in rows)
+    def next_commit() -> None:
+        before = committed()[0]
+        wait_until(lambda: committed()[0] > before, 60, "a commit")
+
+    wait_until(lambda: committed()[0] == committed()[1], 60, "the first half committed")
+    publish(platform, codec, events[half:three_quarters])
+    # Frozen past its session timeout with records to do: the broker drops it, it re-joins
+    # with the same partitions and recovers its tables while it applies them.
+    app.pause(SESSION_TIMEOUT_S + 2)
+    next_commit()  # the one overdue at the pause
+    next_commit()  # after the recovery
+    halfway = threading.Event()
+    feeder = threading.Thread(target=feed, args=(platform, codec, events[three_quarters:], halfway))
+    feeder.start()
+    assert halfway.wait(60)
+    app.kill()  # its input still arriving, a transaction open
+    feeder.join()
+    done, end = committed()
+    assert done < end, "killed mid-stream"
+    app.start()
+
+    def short() -> dict[tuple[str, int], tuple[int, int]]:
+        return {tp: pair for tp, pair in progress(platform, group, sources).items() if pair[0] < pair[1]}
+
+    deadline = time.monotonic() + 60
+    while (left := short()) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not left, f"source partitions short of their end (committed, end): {left}"
+    # The group's offsets say the app is done; the rows are what is checked.
+    written = [STATE_PODS, STATE_NODES, STATE_INVENTORY, STATE_CONTAINERS, STATE_WORKLOADS, DEVICE_CHANGELOG]
+    by_name = read_topics(platform, written, cluster)
+    rows = {spec: by_name[spec.name] for spec in written}
+
+    def event_ids(spec: TopicSpec) -> Counter[str]:
+        return Counter(codec.decode(spec, value).event_id for *_, value in rows[spec] if value is not None)
 
     cases: list[tuple[TopicSpec, TopicSpec, Callable[[Any], str]]] = [
         (STATE_PODS, PODS, lambda e: e.uid),
@@ -580,41 +645,28 @@ def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
     ]
     for state, source, key in cases:
         published = [e for t, e in events if t is source]
-        wait_until(
-            lambda state=state, published=published: (
-                sum(rows_by_event_id(state)[0].values()) >= len(published)
-            ),
-            60,
-            state.name,
+        ids = event_ids(state)
+        assert ids == Counter(e.event_id for e in published), (
+            f"{state.name}: repeated {sorted(i for i, n in ids.items() if n > 1)}, "
+            f"missing {sorted({e.event_id for e in published} - set(ids))}"
         )
-        ids, tombstones = rows_by_event_id(state)
-        repeated = {
-            (partition, offset, event_id)
-            for partition, offset, _, value in read(platform, state, cluster)
-            if value is not None and ids[event_id := codec.decode(state, value).event_id] > 1
-        }
-        assert ids == Counter(e.event_id for e in published), f"{state.name}: repeated {sorted(repeated)}"
+        tombstones = sum(value is None for *_, value in rows[state])
         assert tombstones == sum(getattr(e, "type", None) == ChangeType.DELETED for e in published), (
             state.name
         )
         want = newest(published, key)
-        assert decode_table(codec, state, read(platform, state, cluster)) == {
+        assert decode_table(codec, state, rows[state]) == {
             f"{cluster}/{k}".encode(): v for k, v in want.items()
         }, state.name
 
-    workload_ids, _ = rows_by_event_id(STATE_WORKLOADS)
-    assert max(workload_ids.values()) == 1, "a workload state row repeated"
-    got = decode_table(codec, STATE_WORKLOADS, read(platform, STATE_WORKLOADS, cluster))
-    for uid, want in want_workloads.items():
+    assert max(event_ids(STATE_WORKLOADS).values()) == 1, "a workload state row repeated"
+    got = decode_table(codec, STATE_WORKLOADS, rows[STATE_WORKLOADS])
+    for uid, want in expected_workloads([event for _, event in events]).items():
         state = got[f"{cluster}/{uid}".encode()]
         assert isinstance(state, WorkloadState)
         assert {name: getattr(state, name) for name in want} == want, uid
 
-    changes = Counter(
-        codec.decode(DEVICE_CHANGELOG, value).event_id
-        for *_, value in read(platform, DEVICE_CHANGELOG, cluster)
-        if value is not None
-    )
+    changes = event_ids(DEVICE_CHANGELOG)
     first = inventory(cluster, "n0", 0, "x")
     assert max(changes.values()) == 1
     assert sum(changes.values()) == 30 * (len(first.gpus) + len(first.rdma_devices)) + 3 * 30 * len(

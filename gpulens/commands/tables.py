@@ -56,8 +56,8 @@ def tables(
 
     Each table's changelog is a public compacted topic, gpulens.state.*.v1 (Avro under
     <topic>-value, keys cluster/entity), and inventories also feed the device changelog
-    gpulens.changelog.devices.v1. Exactly once (Kafka transactions; a restart after kill -9
-    resumes, but may write an event's row twice: see README), stores in RocksDB rebuilt from
+    gpulens.changelog.devices.v1. Exactly once (Kafka transactions, across kill -9 and
+    rebalances: see README), stores in RocksDB rebuilt from
     the committed changelogs at every start, standby replicas when several processes run
     (each with its own --instance and --data-dir).
     HTTP on 127.0.0.1: /pods/CLUSTER/UID, /workloads/CLUSTER/UID (with its pods and child
