@@ -105,7 +105,9 @@ class Checkpoint:
         self._parts = parts
         self._abort_forgotten = hanging_transaction_s is not None
         """Abort transactions still open on the state logs at restore (a broker that forgets them)."""
-        self._wedged_s = min(WEDGED_S, 0.8 * (hanging_transaction_s or WEDGED_S))
+        self._wedged_s = (
+            WEDGED_S if hanging_transaction_s is None else min(WEDGED_S, 0.8 * hanging_transaction_s)
+        )
         """Below the reaper's ``hanging_transaction_s``: this worker exits before its own open
         transaction counts as forgotten."""
         self._logs = {name: StateLog(kafka, f"gpulens.worker.{group_id}.{name}.changelog") for name in parts}
