@@ -8,6 +8,7 @@ with the parameter's name (gpulens/api/app.py).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -197,6 +198,20 @@ Settings = Annotated[ApiSettings, Depends(api_settings)]
 Paging = Annotated[Page, Depends(page)]
 Span = Annotated[TimeRange, Depends(time_range)]
 SeriesAsked = Annotated[SeriesRequest, Depends(series)]
+
+
+GROUP_BY = r"^(namespace|workload|label:[A-Za-z0-9_./-]{1,253})$"
+"""What a ``groupBy`` parameter may say: namespace, workload, or label:KEY."""
+LABEL = "label:"
+
+
+def grouped(statements: Mapping[str, str], group_by: str, params: dict[str, object]) -> str:
+    """The statement of ``statements`` (keyed namespace, workload, label) that ``group_by`` (as
+    :data:`GROUP_BY` allows) asks for; a label's key is bound as ``{label}`` in ``params``."""
+    if group_by.startswith(LABEL):
+        params["label"] = group_by[len(LABEL) :]
+        return statements["label"]
+    return statements[group_by]
 
 
 def paged(rows: list[dict[str, Any]], total: int, chosen: Page, **extra: Any) -> dict[str, Any]:

@@ -8,12 +8,15 @@ from fastapi import APIRouter, Query
 
 from gpulens.api import queries
 from gpulens.api.models import Hourly
-from gpulens.api.parameters import Cluster, Db, Span
+from gpulens.api.parameters import GROUP_BY, Cluster, Db, Span, grouped
 
 router = APIRouter(prefix="/gpu-aggregation", tags=["gpu-aggregation"])
 
-LABEL = "label:"
-BY_GROUP = {"namespace": queries.HOURLY_BY_NAMESPACE, "workload": queries.HOURLY_BY_WORKLOAD}
+BY_GROUP = {
+    "namespace": queries.HOURLY_BY_NAMESPACE,
+    "workload": queries.HOURLY_BY_WORKLOAD,
+    "label": queries.HOURLY_BY_LABEL,
+}
 
 
 @router.get("/hourly", response_model=Hourly)
@@ -25,7 +28,7 @@ def hourly(
         str,
         Query(
             alias="groupBy",
-            pattern=r"^(namespace|workload|label:[A-Za-z0-9_./-]{1,253})$",
+            pattern=GROUP_BY,
             description="namespace, workload, or label:KEY (a pod label's value).",
         ),
     ] = "namespace",
@@ -34,8 +37,4 @@ def hourly(
     (quantiles of the windows' means weighted by their samples), max, sample counts, workloads.
     From workload_gpu_usage, whose windows must be an hour or shorter (the demo's are an hour)."""
     params: dict[str, object] = {"cluster": cluster, "start": span.start, "end": span.end}
-    if group_by.startswith(LABEL):
-        statement, params["label"] = queries.HOURLY_BY_LABEL, group_by[len(LABEL) :]
-    else:
-        statement = BY_GROUP[group_by]
-    return {"groupBy": group_by, "data": db.rows(statement, params)}
+    return {"groupBy": group_by, "data": db.rows(grouped(BY_GROUP, group_by, params), params)}

@@ -20,6 +20,7 @@ from gpulens.api.models import (
     Series,
 )
 from gpulens.api.parameters import (
+    GROUP_BY,
     AsOf,
     Db,
     Paging,
@@ -27,6 +28,7 @@ from gpulens.api.parameters import (
     Settings,
     Span,
     at,
+    grouped,
     paged,
     series_answer,
 )
@@ -99,9 +101,6 @@ def idle_workloads(
     return paged(rows, total, chosen, asOf=as_of)
 
 
-LABEL = "label:"
-
-
 @router.get("/{cluster}/idleByOwner", response_model=IdleByOwner)
 def idle_by_owner(
     cluster: ClusterName,
@@ -111,7 +110,7 @@ def idle_by_owner(
         str,
         Query(
             alias="groupBy",
-            pattern=r"^(namespace|workload|label:[A-Za-z0-9_./-]{1,253})$",
+            pattern=GROUP_BY,
             description="workload, namespace, or label:KEY (a label in [pipeline] owner_labels).",
         ),
     ] = "workload",
@@ -120,10 +119,7 @@ def idle_by_owner(
     memory-idle and unmeasured; and per hour the GPU-hours of reported GPUs nobody held. From
     idle_gpu_hours (the worker's ``idle`` processor)."""
     params: dict[str, object] = {"cluster": cluster, "start": span.start, "end": span.end}
-    if group_by.startswith(LABEL):
-        statement, params["label"] = queries.IDLE_BY_OWNER["label"], group_by[len(LABEL) :]
-    else:
-        statement = queries.IDLE_BY_OWNER[group_by]
+    statement = grouped(queries.IDLE_BY_OWNER, group_by, params)
     return {
         "cluster": cluster,
         "groupBy": group_by,
