@@ -135,6 +135,19 @@ def test_a_new_cluster_waits_for_its_sources_to_speak() -> None:
     assert not clocks.ended("c")
 
 
+def test_the_clocks_are_starting_while_a_new_cluster_waits_for_its_sources() -> None:
+    """What the worker's alignment pauses every partition on once it holds many records."""
+    clock = Clock()
+    clocks = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
+    clocks.heard("c", "nodes")
+    assert not clocks.starting, "a cluster without watermarks has no time to wait for"
+    vouch(clocks, "nodes", 5_000)
+    assert clocks.starting
+    clock.now += TIMEOUT
+    assert not clocks.starting
+    assert clocks.limit("c") == 5_000
+
+
 def test_a_cluster_ends_when_every_source_sent_its_final_watermark() -> None:
     clocks = started(Clock(), "nodes", "pods")
     vouch(clocks, "nodes", 5_000, final=True)

@@ -372,9 +372,6 @@ def test_a_worker_catching_up_on_a_backlog_holds_a_bounded_number_of_records(tmp
         assert backlog > 25_000, "50 nodes x 600 sample batches"
         port = free_port()
         hold = ["--hold", "2000", "--source-timeout", "1", "--metrics-port", str(port)]
-        # the processors this bound was set with; with idle and pending too, the peak reached
-        # 15,481 in one of two runs (open: held records grow with the processors' cost)
-        hold += ["--processors", "allocation,workloads,alerts,changelog,state"]
         worker = spawn(gpulens(config, "worker", "--group", "hold", *hold), tmp_path / "worker.log")
         try:
             metrics = wait_caught_up(port, "hold", 240)

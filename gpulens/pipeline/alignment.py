@@ -9,6 +9,12 @@ ahead of the slowest partition still being read is paused, so the fetches go to 
 partitions behind (the watermarks among them), and resumed once the others caught up or the
 buffer drained. The slowest partition is never paused, so reading always goes on: a
 partition at its end no longer counts, and one never fetched yet counts as the slowest.
+
+One exception: while a cluster's time stays put for its sources to speak (the wait after the
+worker first hears of it, :mod:`gpulens.pipeline.event_time`), reading on cannot release
+anything, only add to what is held. Past ``from_buffered``, every partition is then paused
+until the wait ends: a worker catching up on 30,000 records with ``from_buffered`` 2,000 held
+11,400 of them after a 1 s wait, and would hold everything fetched in the default 10 s.
 """
 
 from __future__ import annotations
@@ -50,14 +56,17 @@ class Alignment:
     def fetch_size(self) -> int:
         """Records to take per fetch: a few while holding many, so that what a pause leaves out
         is not taken in the meantime."""
-        return 500 if self.holding else 5_000
+        return 500 if self.holding else min(5_000, self.from_buffered)
 
-    def tick(self, buffered: int) -> None:
-        """Pause and resume by how far each partition is ahead, given ``buffered`` records held."""
+    def tick(self, buffered: int, *, waiting: bool = False) -> None:
+        """Pause and resume by how far each partition is ahead, given ``buffered`` records held;
+        ``waiting``: a cluster's time stays put until its sources spoke (module docstring)."""
         reading = [p for p, since in self._ends.since.items() if since is None]
         ahead: set[Partition] = set()
         self.holding = buffered >= self.from_buffered
-        if self.holding and reading:
+        if self.holding and waiting:
+            ahead = set(reading)
+        elif self.holding and reading:
             slowest = min(self._newest.get(p, -(2**63)) for p in reading)
             ahead = {p for p in reading if self._newest.get(p, -(2**63)) > slowest + self.ahead_ms}
         self._call(self._consumer.resume, self.paused - ahead)

@@ -244,6 +244,15 @@ class EventClocks:
             return UNBOUNDED
         return max((s.effective for s in state.sources.values() if s.effective is not None), default=_NOTHING)
 
+    @property
+    def starting(self) -> bool:
+        """Some cluster's time stays put because the worker heard of it less than
+        ``source_timeout_s`` ago (module docstring)."""
+        now = self._clock()
+        return any(
+            c.watermarked and now - c.first_heard < self.source_timeout_s for c in self._clusters.values()
+        )
+
     def limit(self, cluster: str) -> int | None:
         """Records of ``cluster`` with an event time below this may be released (None: no watermarks)."""
         at = self.time(cluster)

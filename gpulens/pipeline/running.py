@@ -387,7 +387,7 @@ class StreamWorker:
         if buffered > self._peak_buffered:
             self._peak_buffered = buffered
             WAITING_PEAK.set(buffered)
-        self._alignment.tick(buffered)
+        self._alignment.tick(buffered, waiting=self._clocks.starting)
         if self._alignment.paused:
             self._clocks.hold_silence()
         if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
