@@ -20,6 +20,7 @@ from faust.types import TableT
 
 from gpulens.pipeline.entity_tables.exactly_once import IncarnationApp
 from gpulens.pipeline.entity_tables.incarnations import Ledger
+from gpulens.pipeline.entity_tables.recovery import ChangelogTails, PromptTableManager
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.model.topics import (
     CONTAINERS,
@@ -92,6 +93,8 @@ def build_app(kafka: KafkaSettings, options: TablesOptions, ledger: Ledger) -> I
     return IncarnationApp(
         options.group_id,
         ledger=ledger,
+        changelog_tails=ChangelogTails(kafka),
+        TableManager=PromptTableManager,
         broker=[f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",")],
         store="rocksdb://",
         datadir=str(options.stores),

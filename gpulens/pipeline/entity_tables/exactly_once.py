@@ -103,6 +103,7 @@ from faust.types import TP, EventT, FutureMessage, HeadersArg, RecordMetadata, S
 from faust.types.transports import TPorTopicSet
 
 from gpulens.pipeline.entity_tables.incarnations import Ledger
+from gpulens.pipeline.entity_tables.recovery import ChangelogTails
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,10 @@ class IncarnationApp(faust.App):
     whose agents apply each source record once and in order, and whose commits wait for the
     event being processed."""
 
-    def __init__(self, *args: Any, ledger: Ledger, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, ledger: Ledger, changelog_tails: ChangelogTails, **kwargs: Any) -> None:
         self.ledger = ledger
+        self.changelog_tails = changelog_tails
+        """Read by the table manager's recovery (see recovery)."""
         self.gate = asyncio.Lock()
         """Held while one event is processed, and for a whole commit."""
         self.sequence = Sequence()
