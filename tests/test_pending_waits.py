@@ -20,8 +20,9 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
 
-from gpulens.pipeline.pending_waits import PendingWaits
+from gpulens.pipeline.pending_waits import WAIT_BUCKETS_S, PendingWaits
 from gpulens.pipeline.waiting_reasons import GATED, ClusterRoom, NodeRoom, Waiting, WaitReason
 from gpulens.pipeline.windows import TumblingWindows, to_ms
 from gpulens.producers.replay import alibaba_v2023
@@ -100,6 +101,38 @@ def expected_at(t: int, pods: list, nodes: dict[str, int], placed: dict[str, str
             reason = "insufficient_gpus"
         out[p["name"]] = (reason, p["created"], total / 1000, most / 1000)
     return out
+
+
+def test_ended_waits_are_observed_by_outcome_as_the_csv_times_them() -> None:
+    """The wait histogram: each GPU pod of the trace waits from its creation to its binding
+    (``bound``) or, never scheduled, to its deletion (``deleted``)."""
+    registry = CollectorRegistry()
+    histogram = Histogram(
+        "waits", "test", ("cluster", "namespace", "outcome"), buckets=WAIT_BUCKETS_S, registry=registry
+    )
+    waits = PendingWaits(TumblingWindows(WINDOW_S * 1000), waits=histogram)
+    for _, event in alibaba_v2023.plan(
+        alibaba_v2023.read_nodes(TRACE / "openb_node_list_gpu_node.csv")[:NODES],
+        alibaba_v2023.read_pods(TRACE / "openb_pod_list_default.csv"),
+        cluster="c",
+        epoch=EPOCH,
+    ):
+        waits.advance(event)
+        waits.process(event)
+    expected: dict[str, list[int]] = {"bound": [], "deleted": []}
+    for p in csv_pods():
+        if p["scheduled"] is not None:
+            expected["bound"].append(p["scheduled"] - p["created"])  # type: ignore[operator]
+        else:
+            expected["deleted"].append(p["deleted"] - p["created"])  # type: ignore[operator]
+    assert expected["bound"] and expected["deleted"]
+    for outcome, waited in expected.items():
+        labels = {"cluster": "c", "namespace": "default", "outcome": outcome}
+        assert registry.get_sample_value("waits_count", labels) == len(waited)
+        assert registry.get_sample_value("waits_sum", labels) == pytest.approx(sum(waited))
+        for bound in WAIT_BUCKETS_S:
+            below = sum(1 for w in waited if w <= bound)
+            assert registry.get_sample_value("waits_bucket", {**labels, "le": str(float(bound))}) == below
 
 
 def test_pending_pods_are_classified_as_the_csv_says_at_every_window_end_they_wait_over() -> None:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from trace_slices import head_of
-from worker_support import EPOCH, PODS_CSV, TRACE, gpulens, replay, spawn
+from worker_support import EPOCH, PODS_CSV, TRACE, gpulens, replay, spawn, worker_metrics
 
 from gpulens.config import GPULensSettings
 from gpulens.pipeline.pending_waits import PendingWaits
 from gpulens.pipeline.windows import TumblingWindows
+from gpulens.platform import free_port
 from gpulens.producers.replay import alibaba_v2023
 from gpulens.schemas.model.models import PendingGpuPod
 from gpulens.schemas.model.topics import PENDING_PODS
@@ -80,9 +81,12 @@ def test_a_pending_worker_killed_mid_stream_and_restarted_writes_each_verdict_on
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         assert replaying.poll() is None, "the kill came mid-stream: the replay was still publishing"
-        started.append(spawn(worker, tmp_path / "worker-2.log"))
+        port = free_port()
+        started.append(spawn([*worker, "--metrics-port", str(port)], tmp_path / "worker-2.log"))
         read_until(consumer, own_codec, rows, len(expected), 180)
         read_until(consumer, own_codec, rows, len(expected) + 1, 3)  # one more would be a duplicate
+        # the ended waits the second worker processed (their figures: test_pending_waits)
+        waits = worker_metrics(port)["gpulens_gpu_pod_wait_seconds_count"]
     finally:
         consumer.close()
         for process in started:
@@ -90,4 +94,6 @@ def test_a_pending_worker_killed_mid_stream_and_restarted_writes_each_verdict_on
                 process.kill()
                 process.wait()
     assert len({r.event_id for r in rows}) == len(rows), "a verdict was published twice"
+    gpu_pods = sum(1 for pod in alibaba_v2023.read_pods(PODS_CSV) if pod.gpu_amount > 0)
+    assert 0 < waits <= gpu_pods, "each GPU pod's wait ends once"
     assert sorted(rows, key=lambda r: r.event_id) == sorted(expected, key=lambda r: r.event_id)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from alert_oracle import SAMPLES, idle_alerts_from_csv, stale_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pod_events import T0, at, leaving_at_a_window_start
-from prometheus_client.parser import text_string_to_metric_families
 from trace_slices import head_of
 from worker_support import (
     EPOCH,
@@ -32,6 +30,7 @@ from worker_support import (
     replay,
     spawn,
     start_worker,
+    worker_metrics,
 )
 
 from gpulens.config import GPULensSettings
@@ -186,17 +185,6 @@ def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     finally:
         reader.close()
     assert_rows_equal_the_csv(rows, pods_slice)
-
-
-def worker_metrics(port: int) -> dict[str, float]:
-    """Sums of the worker's samples by name (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
 
 
 def wait_caught_up(port: int, group: str, deadline_s: float) -> dict[str, float]:

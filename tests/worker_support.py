@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.schemas.model.models import ClusterGpuAllocation
@@ -93,3 +95,14 @@ def assert_rows_equal_the_csv(rows: list[ClusterGpuAllocation], pods: Path = POD
     )
     assert [r.pods_running_end for r in rows] == [e.pods_running_end for e in expected]
     assert [r.pods_pending_end for r in rows] == [e.pods_pending_end for e in expected]
+
+
+def worker_metrics(port: int) -> dict[str, float]:
+    """Sums of the worker's samples by name (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals

@@ -10,6 +10,13 @@ written when its verdict differs from the one last written for it. A pod's verdi
 is therefore its newest row by then; a pod bound or deleted within one window gets none (its
 wait, ``scheduled_time - creation_time``, is in the pods table).
 
+Each wait that ends (the pod bound, deleted unbound, or out of Pending otherwise) is also
+observed, as it is processed, into the Prometheus histogram ``gpulens_gpu_pod_wait_seconds``
+by cluster, namespace and outcome, on the worker's ``/metrics``: kube-scheduler's pod
+scheduling histogram for GPU pods, in event time. A restarted worker counts from zero again
+(a counter reset, which ``rate`` and ``increase`` take in their stride); the changes between
+its last commit and the crash are counted by both processes.
+
 Time, windows and checkpoints follow the aggregators' skeleton (:mod:`gpulens.pipeline.aggregating`).
 A window in which no pod or node changed judges nothing (the verdicts could not differ).
 State is checkpointed key by key: ``["cluster", c]`` (window start, instant, whether anything
@@ -25,15 +32,39 @@ from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
+from prometheus_client import Histogram
+
 from gpulens.pipeline.aggregating import BaseWindowedAggregator
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.waiting_reasons import ClusterRoom, NodeRoom, Waiting
-from gpulens.pipeline.windows import MILLI, from_ms, milli, to_ms
+from gpulens.pipeline.windows import MILLI, TumblingWindows, from_ms, milli, to_ms
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import ChangeType, Event, NodeEvent, PendingGpuPod, PodEvent, Watermark
 from gpulens.schemas.wire.sample_columns import SampleColumns
 
 SOURCE = "gpulens-worker"
+WAIT_BUCKETS_S = (
+    10,
+    30,
+    60,
+    300,
+    600,
+    1_800,
+    3_600,
+    3 * 3_600,
+    6 * 3_600,
+    12 * 3_600,
+    86_400,
+    3 * 86_400,
+    7 * 86_400,
+)
+POD_WAITS = Histogram(
+    "gpulens_gpu_pod_wait_seconds",
+    "How long GPU pods waited unbound, from creation to binding (outcome bound), to deletion "
+    "(deleted) or to leaving Pending otherwise (ended), in event time.",
+    ("cluster", "namespace", "outcome"),
+    buckets=WAIT_BUCKETS_S,
+)
 
 
 @dataclass(slots=True)
@@ -79,6 +110,11 @@ class _Cluster:
 class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
     """pending_gpu_pods rows from pod and node events (module docstring)."""
 
+    def __init__(self, windows: TumblingWindows, *, waits: Histogram = POD_WAITS) -> None:
+        super().__init__(windows)
+        self._waits = waits
+        """Where ended waits are observed (a histogram with the labels of :data:`POD_WAITS`)."""
+
     def process(self, event: Event | SampleColumns) -> list[PendingGpuPod]:
         """Apply a pod or node event, or close every window on a final watermark; the rows of
         the windows its time closed (the worker takes them from :meth:`advance` first)."""
@@ -122,8 +158,10 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
             and event.gpu_amount > 0
         )
         if not waiting:
-            if cluster.waiting.pop(uid, None) is not None:
+            ended = cluster.waiting.pop(uid, None)
+            if ended is not None:
                 changed.add(("pending", cluster.name, uid))
+                self._observe(cluster.name, ended, event)
             return
         old = cluster.waiting.get(uid)
         cluster.waiting[uid] = _Waiting(
@@ -137,6 +175,16 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
             said=old.said if old else None,
         )
         changed.add(("pending", cluster.name, uid))
+
+    def _observe(self, cluster: str, ended: _Waiting, event: PodEvent) -> None:
+        if event.node is not None:
+            outcome, at = "bound", event.scheduled_time or event.event_time
+        elif event.type == ChangeType.DELETED:
+            outcome, at = "deleted", event.deletion_time or event.event_time
+        else:
+            outcome, at = "ended", event.event_time
+        waited_s = max(to_ms(at) - ended.created, 0) / 1000
+        self._waits.labels(cluster, ended.namespace, outcome).observe(waited_s)
 
     def _node(self, cluster: _Cluster, event: NodeEvent) -> None:
         node = cluster.nodes.setdefault(event.node, _Node())
