@@ -290,6 +290,20 @@ def test_volumes_land_in_clickhouse_and_the_api_lists_them(platform, codec, kube
             )
             .result_rows
         )
+        full = (
+            sink.client()
+            .query(  # the README's "claims over 90 % full", at 30 %
+                "SELECT namespace, claim, storage_kind, used_bytes * 100 / (used_bytes + available_bytes) "
+                "AS used_pct FROM storage_volumes FINAL WHERE cluster = {c:String} AND type != 'DELETED' "
+                "AND used_pct > 30 ORDER BY claim",
+                parameters={"c": cluster},
+            )
+            .result_rows
+        )
+        assert [(ns, claim) for ns, claim, _, _ in full] == sorted(
+            ((v[3], v[4]) for v in expected.values() if v[8] is not None and v[8] * 100 / (v[8] + v[9]) > 30),
+            key=lambda k: k[1],
+        )
         kinds = sorted({v[0] for v in expected.values()})
         assert by_kind == [
             (k, sum(v[0] == k for v in expected.values()), sum(v[7] for v in expected.values() if v[0] == k))
