@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gpulens.api.settings import ApiSettings
 from gpulens.config import GPULensSettings
 from gpulens.producers.kubernetes import GpuCatalog, KubeApi, Translator, Watcher, read_published
 from gpulens.producers.kubernetes.settings import WatcherSettings
+from gpulens.producers.kubernetes.volumes import StorageContext, VolumeTranslator
 from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.model.models import ChangeType, StorageEvent
 from gpulens.schemas.model.topics import STORAGE
@@ -35,6 +37,7 @@ from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.testing.fake_kube import FakeKube
 
 FIXTURES = Path(__file__).parent / "fixtures" / "storage"
+T0 = datetime(2025, 3, 14, tzinfo=UTC)
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 
 JUICEFS = "pvc-3f1c2a9e-6a5b-4d1e-9c1f-1a2b3c4d5e6f"
@@ -311,3 +314,20 @@ def test_volumes_land_in_clickhouse_and_the_api_lists_them(platform, codec, kube
         ]
     finally:
         sink.stop()
+
+
+def test_a_driver_not_listed_is_known_by_its_name_and_the_settings_can_name_more() -> None:
+    kinds = WatcherSettings(storage_kinds={"csi.weka.io": "weka"}).storage_kinds
+    translator = VolumeTranslator("c1", "k8s-watcher", kinds)
+
+    def kind(driver: str) -> str:
+        volume = {"metadata": {"name": "v", "uid": "u"}, "spec": {"csi": {"driver": driver}}}
+        return translator.volume(volume, StorageContext(), change=ChangeType.ADDED, at=T0).storage_kind
+
+    assert [kind(d) for d in ("csi.weka.io", "juicefs.csi.example.com", "lustre.csi.ddn.com")] == [
+        "weka",
+        "juicefs",
+        "lustre",
+    ]
+    assert kind("fsx.csi.aws.com") == "csi"  # the settings replace the default table
+    assert kind("disk.csi.azure.com") == "csi"
