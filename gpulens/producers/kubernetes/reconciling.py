@@ -23,6 +23,7 @@ from collections import ChainMap, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from gpulens.producers.kubernetes._types import RawObject
 from gpulens.producers.kubernetes.resources import PERSISTENT_VOLUMES, ResourceKind, Role
@@ -99,41 +100,23 @@ class Reconciler:
     def _context_changed(self, item: WatchItem) -> list[Event]:
         """Keep the claims or classes of ``item``; observe again the volumes whose context changed."""
         if item.resource.role is Role.CLAIM:
-            claims = self._storage.claims
-            if isinstance(item, Listed):
-                changed = set(claims) | {_claim_key(o) for o in item.objects}
-                claims.clear()
-                claims.update((_claim_key(o), o) for o in item.objects)
-            else:
-                changed = {_claim_key(item.object)}
-                if item.type is ChangeType.DELETED:
-                    claims.pop(_claim_key(item.object), None)
-                    self._storage.usage.pop(_claim_key(item.object), None)
-                else:
-                    claims[_claim_key(item.object)] = item.object
-            return self._volumes_of(changed)
-        classes = self._storage.classes
-        objects = item.objects if isinstance(item, Listed) else [item.object]
-        if isinstance(item, Listed):
-            classes.clear()
-        for obj in objects:
-            if isinstance(item, Changed) and item.type is ChangeType.DELETED:
-                classes.pop(obj["metadata"]["name"], None)
-            else:
-                classes[obj["metadata"]["name"]] = obj
-        return [
-            event
-            for volume in list(self._volumes.values())
-            if (event := self._observe(PERSISTENT_VOLUMES, volume, None)) is not None
-        ]
+            claims = _apply(self._storage.claims, _claim_key, item)
+            for gone in claims - self._storage.claims.keys():
+                self._storage.usage.pop(gone, None)
+            return self._volumes_of(claims)
+        classes = _apply(self._storage.classes, lambda o: str(o["metadata"]["name"]), item)
+        return self._observe_volumes(lambda v: (v.get("spec") or {}).get("storageClassName") in classes)
 
     def _volumes_of(self, claims: set[ClaimKey]) -> list[Event]:
         """Observe again the volumes bound to ``claims``."""
-        events = []
-        for volume in list(self._volumes.values()):
-            if claim_of(volume) in claims and (event := self._observe(PERSISTENT_VOLUMES, volume, None)):
-                events.append(event)
-        return events
+        return self._observe_volumes(lambda v: claim_of(v) in claims)
+
+    def _observe_volumes(self, which: Callable[[RawObject], bool]) -> list[Event]:
+        return [
+            event
+            for volume in list(self._volumes.values())
+            if which(volume) and (event := self._observe(PERSISTENT_VOLUMES, volume, None)) is not None
+        ]
 
     def _relisted(self, listed: Listed) -> list[Event]:
         resource = listed.resource
@@ -205,6 +188,24 @@ class Reconciler:
             parents.pop(uid, None)
         else:
             parents[uid] = parent
+
+
+K = TypeVar("K")
+
+
+def _apply(store: dict[K, RawObject], key: Callable[[RawObject], K], item: WatchItem) -> set[K]:
+    """A list (replaces ``store``) or a change applied to ``store``; the keys it touched."""
+    if isinstance(item, Listed):
+        touched = set(store) | {key(o) for o in item.objects}
+        store.clear()
+        store.update((key(o), o) for o in item.objects)
+        return touched
+    touched_key = key(item.object)
+    if item.type is ChangeType.DELETED:
+        store.pop(touched_key, None)
+    else:
+        store[touched_key] = item.object
+    return {touched_key}
 
 
 def _claim_key(obj: RawObject) -> ClaimKey:
