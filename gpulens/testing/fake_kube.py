@@ -298,9 +298,6 @@ class FakeKube:
 
     def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         handler.close_connection = True
-        proxied = self._proxied_summary(handler.path) if method == "GET" else None
-        if proxied is not None:
-            return self._reply(handler, *proxied)
         request = self._parse(handler.path)
         with self._cond:
             if request is not None:
@@ -308,6 +305,9 @@ class FakeKube:
             down = self._down
         if down:
             return self._reply(handler, 503, _status(503, "ServiceUnavailable", "the fake is down"))
+        proxied = self._proxied_summary(handler.path) if method == "GET" else None
+        if proxied is not None:
+            return self._reply(handler, *proxied)
         if request is None:
             return self._reply(handler, 404, _status(404, "NotFound", f"no route for {handler.path}"))
         body = None
