@@ -238,7 +238,9 @@ def test_volumes_are_published_with_kind_capacity_and_usage_and_follow_changes(
     assert after[JUICEFS][-2:] == (40 * UNITS["Ti"], 1024 * UNITS["Ti"] - 40 * UNITS["Ti"])
     assert after[FSX][7] == 2400 * UNITS["Gi"]
 
-    # A restart publishes nothing again (the usage published is the usage known at start).
+    # A restart publishes nothing again (the usage published is the usage known at start) but the
+    # volume deleted while no watcher ran.
+    kube.delete("persistentvolumes", EBS, namespace="")
     start_watcher()
     list_before = kube.count("GET", "persistentvolumes")
     wait_for(
@@ -248,9 +250,12 @@ def test_volumes_are_published_with_kind_capacity_and_usage_and_follow_changes(
     sentinel["metadata"].update(name="after-restart", uid="0f0f0f0f-0000-4000-8000-000000000000")
     kube.create("persistentvolumes", sentinel)  # after the list, in the same stream: its event comes last
     published.wait(("StorageEvent", "after-restart", ChangeType.ADDED))
-    assert [(e.name, e.type) for e in storage_events(published)][len(expected) + 3 :] == [
-        ("after-restart", ChangeType.ADDED)
+    restarted = storage_events(published)[len(expected) + 3 :]
+    assert [(e.name, e.type) for e in restarted] == [
+        (EBS, ChangeType.DELETED),
+        ("after-restart", ChangeType.ADDED),
     ]
+    assert observed(restarted[0]) == after[EBS]  # its last state
     assert len({e.event_id for e in storage_events(published)}) == len(storage_events(published))
 
 
