@@ -33,7 +33,14 @@ from pydantic import BaseModel
 from gpulens.cli import cli
 from gpulens.cli_context import with_flags
 from gpulens.config import ENV_PREFIX, GPULensSettings, load_settings
-from gpulens.producers.kubernetes.resources import BUILTIN_WORKLOADS, NODES, PODS
+from gpulens.producers.kubernetes.resources import (
+    BUILTIN_WORKLOADS,
+    CLAIMS,
+    NODES,
+    PERSISTENT_VOLUMES,
+    PODS,
+    STORAGE_CLASSES,
+)
 
 K8S_DIR = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 KUSTOMIZATION = "kustomization.yaml"
@@ -538,11 +545,24 @@ def test_watcher_replicas_elect_a_leader(config_file: Path) -> None:
     assert load_settings(config_file).watcher.lease.enabled
 
 
-@pytest.mark.parametrize("kind", [NODES, PODS, *BUILTIN_WORKLOADS], ids=lambda k: k.key)
+@pytest.mark.parametrize(
+    "kind",
+    [NODES, PODS, *BUILTIN_WORKLOADS, PERSISTENT_VOLUMES, CLAIMS, STORAGE_CLASSES],
+    ids=lambda k: k.key,
+)
 def test_watcher_may_read_what_it_watches(kind: Any) -> None:
     account = _watcher()["spec"]["template"]["spec"]["serviceAccountName"]
     rules = _bound_to("ClusterRole", "ClusterRoleBinding", account)
     assert _allows(rules, kind.group, kind.plural, {"get", "list", "watch"})
+
+
+def test_watcher_may_read_kubelet_summaries_through_the_node_proxy_and_nothing_more() -> None:
+    account = _watcher()["spec"]["template"]["spec"]["serviceAccountName"]
+    rules = _bound_to("ClusterRole", "ClusterRoleBinding", account)
+    assert _allows(rules, "", "nodes/proxy", {"get"})
+    assert not any(
+        _allows(rules, "", "nodes/proxy", {verb}) for verb in ("create", "update", "patch", "delete")
+    )
 
 
 def test_watcher_may_hold_the_lease_in_its_namespace(config_file: Path) -> None:

@@ -430,3 +430,21 @@ class Failure(BaseModel):
     """401, 404, 500, 503: what went wrong."""
 
     error: str
+
+
+class StorageVolume(BaseModel):
+    """A PersistentVolume as last observed (storage_volume_events)."""
+
+    name: str = Field(description="PersistentVolume name.")
+    storage_kind: str = Field(description="juicefs, nfs, lustre, hostpath, local, csi, ...")
+    driver: str | None = Field(description="CSI driver or provisioner.")
+    storage_class: str | None
+    namespace: str | None = Field(description="Namespace of the bound claim.")
+    claim: str | None = Field(description="The bound PersistentVolumeClaim; null while unbound.")
+    node: str | None = Field(description="Node of a local or hostPath volume.")
+    mount_point: str | None = Field(description="Directory of a local/hostPath volume; NFS server:/export.")
+    capacity_bytes: int | None = Field(description="The claim's status.capacity, else the volume's.")
+    used_bytes: int | None = Field(description="Used bytes the kubelet last measured; null: never mounted.")
+    available_bytes: int | None = Field(description="Available bytes the kubelet last measured.")
+    used_pct: float | None = Field(description="used / (used + available), %, as df reports it.")
+    last_seen: datetime

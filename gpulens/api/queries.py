@@ -513,3 +513,22 @@ SELECT toStartOfHour(i.window_start) AS hour, sum(i.unallocated_gpu_hours) AS un
 GROUP BY hour
 ORDER BY hour"""
 """GPU-hours of the cluster's reported GPUs that nobody held, per hour, from idle_gpu_hours."""
+
+STORAGE_VOLUMES = f"""\
+SELECT name, s.1 AS storage_kind, s.2 AS driver, s.3 AS storage_class, s.4 AS namespace, s.5 AS claim,
+       s.6 AS node, s.7 AS mount_point, s.8 AS capacity_bytes, s.9 AS used_bytes, s.10 AS available_bytes,
+       s.9 * 100 / nullIf(s.9 + s.10, 0) AS used_pct, last_seen
+FROM
+(
+    SELECT name,
+           argMax((storage_kind, driver, storage_class, namespace, claim, node, mount_point,
+                   capacity_bytes, used_bytes, available_bytes, type = 'DELETED'), version) AS s,
+           max(event_time) AS last_seen
+    FROM storage_volume_events
+    WHERE cluster = {{cluster:String}} AND event_time <= {AT}
+    GROUP BY name
+)
+WHERE NOT s.11 AND ({{kind:Nullable(String)}} IS NULL OR s.1 = {{kind:Nullable(String)}})
+ORDER BY storage_kind, name"""
+"""The cluster's PersistentVolumes as of ``at`` (one kind: bind ``kind``): each one's newest
+observation; ``used_pct`` as df reports it, used / (used + available)."""

@@ -28,10 +28,13 @@ log = logging.getLogger("gpulens.watch")
 def watch(
     context: Context, cluster: str | None, kubeconfig: Path | None, in_cluster: bool, once: bool
 ) -> None:
-    """Watch nodes, GPU pods and workloads; publish NodeEvent, PodEvent, WorkloadEvent.
+    """Watch nodes, GPU pods, workloads and volumes; publish NodeEvent, PodEvent, WorkloadEvent,
+    StorageEvent.
 
     \b
-    Topics: gpulens.nodes.v1, gpulens.pods.v1, gpulens.workloads.v1 (Avro, keyed by entity).
+    Topics: gpulens.nodes.v1, gpulens.pods.v1, gpulens.workloads.v1, gpulens.storage.v1 (Avro,
+    keyed by entity). Volume usage is read from each node's kubelet summary every
+    [watcher] storage_usage_interval_s (0: capacity only; storage = false: no volumes).
     Only a change of what is published makes an event (no node heartbeats); a restart or a new
     leader continues from what the topics hold, without duplicates or gaps. With
     [watcher.lease] enabled (the default) only the replica holding the Lease publishes; the

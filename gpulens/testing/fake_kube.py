@@ -6,7 +6,10 @@ streamed as newline-delimited JSON events in chunked encoding, with BOOKMARKs wh
 (``allowWatchBookmarks``) and an end after ``timeoutSeconds``; ``410 Gone`` for a
 resourceVersion older than the compacted history, either as an HTTP 410 Status or as an
 ERROR event (``gone_as``); Lease objects with GET, POST (409 if it exists) and PUT (409 when
-the resourceVersion sent is not the current one). One global resourceVersion counter for
+the resourceVersion sent is not the current one); the node proxy's kubelet summary
+(``GET /api/v1/nodes/{node}/proxy/stats/summary``) from what :meth:`FakeKube.set_summary`
+gave, 404 for a node that does not exist and 503 for one whose kubelet does not answer, as the
+API server's proxy says so. One global resourceVersion counter for
 every object, as etcd's revision. Tests change the state through the Python API
 (:meth:`FakeKube.create`, :meth:`~FakeKube.update`, :meth:`~FakeKube.delete`), never by
 touching the code under test.
@@ -56,6 +59,9 @@ KINDS = {
         Kind("batch", "v1", "cronjobs", "CronJob"),
         Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
         Kind("coordination.k8s.io", "v1", "leases", "Lease"),
+        Kind("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False),
+        Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
+        Kind("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False),
     )
 }
 
@@ -103,6 +109,7 @@ class FakeKube:
         self._down = False
         self._stopping = False
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self._summaries: dict[str, dict[str, Any]] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._serving: threading.Thread | None = None
 
@@ -163,6 +170,14 @@ class FakeKube:
     def get(self, plural: str, name: str, *, namespace: str = "default") -> dict[str, Any]:
         with self._cond:
             return copy.deepcopy(self._objects[plural][self._key(plural, namespace, name)])
+
+    def set_summary(self, node: str, summary: dict[str, Any] | None) -> None:
+        """What the node's kubelet answers to ``/stats/summary`` from now on (None: it does not answer)."""
+        with self._cond:
+            if summary is None:
+                self._summaries.pop(node, None)
+            else:
+                self._summaries[node] = copy.deepcopy(summary)
 
     def bookmark(self) -> int:
         """Send every open watch a BOOKMARK at a new resourceVersion; that version."""
@@ -265,6 +280,22 @@ class FakeKube:
             return None
         return _Request(kind, namespace, rest[1] if len(rest) == 2 else None, query)
 
+    def _proxied_summary(self, path: str) -> tuple[int, dict[str, Any]] | None:
+        """The answer to a node proxy's ``stats/summary`` request; None for any other path."""
+        parts = urlparse(path).path.strip("/").split("/")
+        if parts[:3] != ["api", "v1", "nodes"] or parts[4:] != ["proxy", "stats", "summary"]:
+            return None
+        node = parts[3]
+        with self._cond:
+            self.requests.append(("GET", "nodes/proxy", {"node": node}))
+            if ("", node) not in self._objects["nodes"]:
+                return 404, _status(404, "NotFound", f'nodes "{node}" not found')
+            summary = self._summaries.get(node)
+        if summary is None:
+            message = f"error trying to reach service: dial tcp {node}:10250: connect: connection refused"
+            return 503, _status(503, "ServiceUnavailable", message)
+        return 200, copy.deepcopy(summary)
+
     def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         handler.close_connection = True
         request = self._parse(handler.path)
@@ -274,6 +305,9 @@ class FakeKube:
             down = self._down
         if down:
             return self._reply(handler, 503, _status(503, "ServiceUnavailable", "the fake is down"))
+        proxied = self._proxied_summary(handler.path) if method == "GET" else None
+        if proxied is not None:
+            return self._reply(handler, *proxied)
         if request is None:
             return self._reply(handler, 404, _status(404, "NotFound", f"no route for {handler.path}"))
         body = None

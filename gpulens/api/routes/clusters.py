@@ -1,5 +1,5 @@
 """``/api/clusters``: the clusters, each one's overview, its GPU consumers, its workloads holding
-idle GPUs, its GPU-hours by owner and kind, and its GPU heatmap."""
+idle GPUs, its GPU-hours by owner and kind, its GPU heatmap and its storage volumes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gpulens.api.models import (
     Overview,
     Paged,
     Series,
+    StorageVolume,
 )
 from gpulens.api.parameters import (
     GROUP_BY,
@@ -138,3 +139,20 @@ def gpu_heatmap(
     """Mean utilization per node, GPU and ``step`` over ``[start, end)`` (default: the hour
     before the cluster's newest sample)."""
     return series_answer(queries.GPU_HEATMAP, chosen, db, settings, cluster=cluster)
+
+
+@router.get("/{cluster}/storage", response_model=Paged[StorageVolume])
+def storage(
+    cluster: ClusterName,
+    db: Db,
+    chosen: Paging,
+    as_of: AsOf = None,
+    kind: Annotated[
+        str | None, Query(min_length=1, description="Only volumes of this storage_kind (nfs, juicefs, ...).")
+    ] = None,
+) -> dict[str, Any]:
+    """The cluster's PersistentVolumes as of ``asOf``: kind (JuiceFS, NFS, Lustre, local, ...),
+    driver, class, bound claim, capacity, and usage as the kubelets last measured it."""
+    params = {"cluster": cluster, "at": at(as_of), "kind": kind}
+    rows, total = db.page(queries.STORAGE_VOLUMES, params, chosen)
+    return paged(rows, total, chosen, asOf=as_of)

@@ -31,6 +31,7 @@ from gpulens.schemas.model.models import (
     PendingGpuPod,
     PodEvent,
     Record,
+    StorageEvent,
     WorkloadEvent,
     WorkloadGpuUsage,
 )
@@ -151,6 +152,14 @@ GPU_HEALTH = Layout(
 )
 """One row per health event (migration 0014)."""
 
+STORAGE_VOLUMES = Layout(
+    StorageEvent,
+    ("storage_volumes", "storage_volume_events"),
+    *("cluster", "name", ("type", "type.value"), "storage_kind", "driver", "storage_class", "namespace"),
+    *("claim", "node", "mount_point", "capacity_bytes", "used_bytes", "available_bytes", "labels", *EVENT),
+)
+"""One row per volume observation (migration 0015)."""
+
 ALLOCATION_METRICS = (
     *("window_start", "window_end", "gpu_capacity", "gpus_allocated_avg", "gpus_allocated_max"),
     *("gpus_allocated_end", "allocation_rate_avg", "pods_running_end", "pods_pending_end"),
@@ -179,9 +188,9 @@ PENDING_GPU_PODS = Layout(PendingGpuPod, "pending_gpu_pods", *PendingGpuPod.mode
 LAYOUTS: tuple[Layout[Any], ...] = (
     *(NODES, PODS, WORKLOADS, CONTAINERS, CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, SAMPLES),
     *(CLUSTER_GPU_ALLOCATION, NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW),
-    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH, IDLE_GPU_HOURS, PENDING_GPU_PODS),
+    *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH, IDLE_GPU_HOURS, PENDING_GPU_PODS, STORAGE_VOLUMES),
 )
-"""Every table the sink writes, described (storage events and watermarks: none yet)."""
+"""Every table the sink writes, described (watermarks: none)."""
 
 TABLES: tuple[Table, ...] = tuple(table for layout in LAYOUTS for table in layout.tables)
 """Every table the sink writes."""

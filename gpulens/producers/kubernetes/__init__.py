@@ -1,9 +1,11 @@
-"""Kubernetes watchers: nodes, GPU pods and workloads -> NodeEvent, PodEvent, WorkloadEvent.
+"""Kubernetes watchers: nodes, GPU pods, workloads and volumes -> NodeEvent, PodEvent,
+WorkloadEvent, StorageEvent.
 
 resources     what is watched (definitions)       translating   objects -> events (pure)
 api           the official client, raw JSON        watching      list, watch, resume, relist on 410
 reconciling   what changed since last published    restoring     last published state from the topics
 leading       Lease-based leader election          running       the process: threads, sessions
+volumes       PersistentVolumes -> StorageEvent    usage         kubelet summaries: volume usage
 
 Names load on first use (PEP 562): every process imports ``gpulens.producers.kubernetes.settings``
 for its configuration, and that must not cost it the Kubernetes client.

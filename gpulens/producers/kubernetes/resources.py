@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpulens.producers.kubernetes.settings import WatcherSettings
-from gpulens.schemas.model.models import Event, NodeEvent, PodEvent, WorkloadEvent
+from gpulens.schemas.model.models import Event, NodeEvent, PodEvent, StorageEvent, WorkloadEvent
 from gpulens.schemas.model.topics import NODES as NODE_TOPIC
 from gpulens.schemas.model.topics import PODS as POD_TOPIC
+from gpulens.schemas.model.topics import STORAGE as STORAGE_TOPIC
 from gpulens.schemas.model.topics import WORKLOADS as WORKLOAD_TOPIC
 from gpulens.schemas.model.topics import TopicSpec
 
@@ -22,6 +23,12 @@ class Role(StrEnum):
     NODE = "node"
     POD = "pod"
     WORKLOAD = "workload"
+    VOLUME = "volume"
+    """A PersistentVolume: what a StorageEvent is about."""
+    CLAIM = "claim"
+    """A PersistentVolumeClaim: context of its volume (capacity, usage key), published as no event."""
+    STORAGE_CLASS = "storage-class"
+    """A StorageClass: context of its volumes (the provisioner), published as no event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,13 @@ def kind_key(group: str, kind: str) -> str:
 
 NODES = ResourceKind("", "v1", "nodes", "Node", Role.NODE, namespaced=False)
 PODS = ResourceKind("", "v1", "pods", "Pod", Role.POD)
+PERSISTENT_VOLUMES = ResourceKind(
+    "", "v1", "persistentvolumes", "PersistentVolume", Role.VOLUME, namespaced=False
+)
+CLAIMS = ResourceKind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", Role.CLAIM)
+STORAGE_CLASSES = ResourceKind(
+    "storage.k8s.io", "v1", "storageclasses", "StorageClass", Role.STORAGE_CLASS, namespaced=False
+)
 BUILTIN_WORKLOADS: tuple[ResourceKind, ...] = (
     ResourceKind("apps", "v1", "deployments", "Deployment", Role.WORKLOAD),
     ResourceKind("apps", "v1", "replicasets", "ReplicaSet", Role.WORKLOAD),
@@ -68,6 +82,7 @@ TOPICS: dict[type[Event], TopicSpec] = {
     NodeEvent: NODE_TOPIC,
     PodEvent: POD_TOPIC,
     WorkloadEvent: WORKLOAD_TOPIC,
+    StorageEvent: STORAGE_TOPIC,
 }
 """Where each event type is published."""
 

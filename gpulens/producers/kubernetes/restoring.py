@@ -3,7 +3,7 @@
 Why the topics and not a local file: they are the truth every replica shares, so a restarted
 watcher and a newly elected leader (another pod, with no disk in common) both continue from
 exactly what was published: what was acknowledged is known, what was not is published again
-after the relist. Cost: one read of the three topics' retention at start and at every change
+after the relist. Cost: one read of the four topics' retention at start and at every change
 of leader; records of other clusters and other sources are skipped before validation.
 """
 
@@ -18,10 +18,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from gpulens.producers.kubernetes.exceptions import StateRestoreError
 from gpulens.producers.kubernetes.reconciling import PublishedState
-from gpulens.producers.kubernetes.resources import NODES, PODS, TOPICS, kind_key
+from gpulens.producers.kubernetes.resources import NODES, PERSISTENT_VOLUMES, PODS, TOPICS, kind_key
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.model.exceptions import DecodeError
-from gpulens.schemas.model.models import ChangeType, Event, NodeEvent, WorkloadEvent
+from gpulens.schemas.model.models import ChangeType, Event, NodeEvent, StorageEvent, WorkloadEvent
 from gpulens.schemas.wire.codec import AvroCodec
 
 log = logging.getLogger(__name__)
@@ -93,4 +93,6 @@ def _assign_to_end(consumer: Consumer, topics: list[str]) -> dict[tuple[str, int
 def _resource_key(event: Event) -> str:
     if isinstance(event, WorkloadEvent):
         return kind_key(event.group, event.kind)
+    if isinstance(event, StorageEvent):
+        return PERSISTENT_VOLUMES.key
     return NODES.key if isinstance(event, NodeEvent) else PODS.key

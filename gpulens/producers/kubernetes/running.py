@@ -1,8 +1,10 @@
 """The watcher process: lead (optionally), restore the published state, watch, publish.
 
 One thread per watched resource pulls from its watch (:mod:`~gpulens.producers.kubernetes.watching`)
-into one queue; the calling thread alone reconciles and publishes, so the state needs no
-locks. Workloads are listed before pods so that the first pod events carry full owner chains.
+into one queue, as does the thread reading volume usage (:mod:`~gpulens.producers.kubernetes.usage`);
+the calling thread alone reconciles and publishes, so the state needs no locks. Workloads are
+listed before pods so that the first pod events carry full owner chains; claims, StorageClasses
+and a first round of usage come before PersistentVolumes, so that a volume's first event is whole.
 A session (restore, watch, publish) lasts while this replica leads; losing the lease ends it
 after a flush, and a new session starts from the topics again when leadership comes back.
 """
@@ -18,9 +20,21 @@ from datetime import UTC, datetime
 from gpulens.producers.kubernetes.api import KubeApi
 from gpulens.producers.kubernetes.leading import LeaseElector
 from gpulens.producers.kubernetes.reconciling import PublishedState, Reconciler
-from gpulens.producers.kubernetes.resources import NODES, PODS, TOPICS, ResourceKind, workload_kinds
+from gpulens.producers.kubernetes.resources import (
+    CLAIMS,
+    NODES,
+    PERSISTENT_VOLUMES,
+    PODS,
+    STORAGE_CLASSES,
+    TOPICS,
+    ResourceKind,
+    workload_kinds,
+)
 from gpulens.producers.kubernetes.settings import WatcherSettings
 from gpulens.producers.kubernetes.translating import Translator
+from gpulens.producers.kubernetes.usage import KEY as USAGE_KEY
+from gpulens.producers.kubernetes.usage import Measured, measure, poll
+from gpulens.producers.kubernetes.volumes import VolumeTranslator
 from gpulens.producers.kubernetes.watching import Backoff, Listed, WatchItem, infinite_watch, list_objects
 from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.model.models import Event
@@ -28,7 +42,10 @@ from gpulens.schemas.model.models import Event
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
-_Items = queue.Queue[WatchItem | Exception]
+_Item = WatchItem | Measured | Exception
+_Items = queue.Queue[_Item]
+_Stage = tuple[set[str], tuple[ResourceKind, ...]]
+"""What a stage waits for (resource keys listed, or the first usage round) and what it starts."""
 
 
 def _now() -> datetime:
@@ -55,6 +72,12 @@ class Watcher:
         self._restore = restore
         self._elector = elector
         self._workloads = workload_kinds(settings)
+        self._volumes = (
+            VolumeTranslator(translator.cluster, translator.source, settings.storage_kinds)
+            if settings.storage
+            else None
+        )
+        self._measuring = settings.storage and settings.storage_usage_interval_s > 0
 
     def run(self, stop: threading.Event) -> None:
         """Watch and publish while leading, until ``stop`` is set; then flush and release the lease."""
@@ -78,13 +101,33 @@ class Watcher:
 
     def run_once(self) -> None:
         """Restore, list every resource once, publish the differences, flush: ``watch --once``."""
-        reconciler = Reconciler(self._translator, self._restore(), clock=_now)
+        reconciler = self._reconciler()
         backoff = Backoff(self._settings, threading.Event())
-        for resource in (*self._workloads, NODES, PODS):
+        context = (CLAIMS, STORAGE_CLASSES) if self._volumes else ()
+        for resource in (*self._workloads, *context, NODES, PODS):
             listed = list_objects(self._api, resource, settings=self._settings, backoff=backoff)
             if listed is not None:
                 self._publish(reconciler.handle(listed))
+        if self._measuring:
+            self._publish(reconciler.handle(measure(self._api)))
+        if self._volumes:
+            listed = list_objects(self._api, PERSISTENT_VOLUMES, settings=self._settings, backoff=backoff)
+            if listed is not None:
+                self._publish(reconciler.handle(listed))
         self._publisher.flush()
+
+    def _reconciler(self) -> Reconciler:
+        return Reconciler(self._translator, self._restore(), clock=_now, volumes=self._volumes)
+
+    def _stages(self) -> tuple[tuple[ResourceKind, ...], list[_Stage]]:
+        """The resources watched at once, and the later stages."""
+        first = self._workloads
+        stages: list[_Stage] = [({r.key for r in self._workloads}, (NODES, PODS))]
+        if self._volumes:
+            first += (CLAIMS, STORAGE_CLASSES)
+            waits = {CLAIMS.key, STORAGE_CLASSES.key} | ({USAGE_KEY} if self._measuring else set())
+            stages.append((waits, (PERSISTENT_VOLUMES,)))
+        return first, stages
 
     def _elect(self, elector: LeaseElector, stop: threading.Event) -> None:
         interval = self._settings.lease.renew_interval_s
@@ -97,7 +140,7 @@ class Watcher:
                 return
 
     def _session(self, stop: threading.Event, active: Callable[[], bool]) -> None:
-        reconciler = Reconciler(self._translator, self._restore(), clock=_now)
+        reconciler = self._reconciler()
         items: _Items = queue.Queue(maxsize=10_000)
         ending = threading.Event()
         threads: list[threading.Thread] = []
@@ -110,8 +153,12 @@ class Watcher:
                 thread.start()
                 threads.append(thread)
 
-        unlisted = {r.key for r in self._workloads}
-        start(self._workloads)
+        first, stages = self._stages()
+        start(first)
+        if self._measuring:
+            thread = threading.Thread(target=self._measure, args=(items, ending), name="volume-usage")
+            thread.start()
+            threads.append(thread)
         try:
             while active():
                 try:
@@ -121,10 +168,12 @@ class Watcher:
                 if isinstance(item, Exception):
                     raise item
                 self._publish(reconciler.handle(item))
-                if isinstance(item, Listed) and item.resource.key in unlisted:
-                    unlisted.discard(item.resource.key)
-                    if not unlisted:
-                        start((NODES, PODS))
+                done = item.resource.key if isinstance(item, Listed) else USAGE_KEY
+                for waits, resources in stages:
+                    if done in waits:
+                        waits.discard(done)
+                        if not waits:
+                            start(resources)
         finally:
             ending.set()
             while any(t.is_alive() for t in threads):  # interrupt again: a stream may open late
@@ -138,16 +187,29 @@ class Watcher:
             self._publisher.publish(TOPICS[type(event)], event)
 
     def _pump(self, resource: ResourceKind, items: _Items, ending: threading.Event) -> None:
-        def put(item: WatchItem | Exception) -> None:
-            while not ending.is_set():
-                try:
-                    items.put(item, timeout=_POLL_S)
-                    return
-                except queue.Full:
-                    continue
-
         try:
             for item in infinite_watch(self._api, resource, settings=self._settings, stop=ending):
-                put(item)
+                _put(items, ending, item)
         except Exception as err:  # surfaces in the session's thread, which stops everything
-            put(err)
+            _put(items, ending, err)
+
+    def _measure(self, items: _Items, ending: threading.Event) -> None:
+        try:
+            poll(
+                self._api,
+                self._settings.storage_usage_interval_s,
+                lambda measured: _put(items, ending, measured),
+                ending,
+            )
+        except Exception as err:  # as in _pump
+            _put(items, ending, err)
+
+
+def _put(items: _Items, ending: threading.Event, item: _Item) -> None:
+    """Queue ``item`` unless the session ends first."""
+    while not ending.is_set():
+        try:
+            items.put(item, timeout=_POLL_S)
+            return
+        except queue.Full:
+            continue

@@ -89,4 +89,27 @@ class WatcherSettings(BaseModel):
     backoff_jitter: float = Field(
         default=0.2, ge=0, le=1, description="Each delay is stretched by a random fraction up to this."
     )
+    storage: bool = Field(
+        default=True,
+        description="Also watch PersistentVolumes, their claims and StorageClasses (StorageEvent).",
+    )
+    storage_usage_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How often each node's kubelet summary (through the API server) is read for volume "
+        "usage; 0: never (capacity only).",
+    )
+    storage_kinds: dict[str, str] = Field(
+        default_factory=lambda: {
+            "csi.juicefs.com": "juicefs",
+            "nfs.csi.k8s.io": "nfs",
+            "efs.csi.aws.com": "nfs",
+            "filestore.csi.storage.gke.io": "nfs",
+            "lustre.csi.hpe.com": "lustre",
+            "fsx.csi.aws.com": "lustre",
+            "lustre.csi.azure.com": "lustre",
+        },
+        description="CSI driver or provisioner -> storage_kind; a name not listed that contains juicefs, "
+        "lustre or nfs is that kind, any other CSI volume is csi.",
+    )
     lease: LeaseSettings = Field(default_factory=LeaseSettings)

@@ -25,6 +25,7 @@ from gpulens.schemas.model.models import (
     OwnerReference,
     PodCondition,
     PodEvent,
+    StorageEvent,
     Taint,
     WorkloadEvent,
     WorkloadStatus,
@@ -255,6 +256,8 @@ def as_deleted(event: E, *, at: datetime) -> E:
     """The DELETED event of an entity whose last state is ``event`` (also when it vanished unseen)."""
     kind = event.kind if isinstance(event, WorkloadEvent) else type(event).__name__.removesuffix("Event")
     uid = getattr(event, "uid", None) or getattr(event, "node", "")
+    if isinstance(event, StorageEvent):  # a volume is known by its name alone
+        kind, uid = "PersistentVolume", event.name
     update: dict[str, Any] = {
         "type": ChangeType.DELETED,
         "event_time": at,

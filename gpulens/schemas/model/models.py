@@ -427,8 +427,10 @@ class StorageEvent(Event):
 
     type: ChangeType = Field(description="ADDED, MODIFIED or DELETED.")
     node: str | None = Field(default=None, description="Node, for node-local storage.")
-    storage_kind: str = Field(description="pvc, hostpath, nfs, lustre, ...")
-    name: str = Field(description="Volume or filesystem name.")
+    storage_kind: str = Field(
+        description="juicefs, nfs, lustre, hostpath, local, another in-tree volume type (lowercase), or csi."
+    )
+    name: str = Field(description="Volume or filesystem name (a PersistentVolume's name).")
     namespace: str | None = Field(default=None, description="Namespace of a PVC.")
     storage_class: str | None = Field(default=None, description="StorageClass.")
     mount_point: str | None = Field(default=None, description="Where it is mounted.")
@@ -436,6 +438,10 @@ class StorageEvent(Event):
     used_bytes: int | None = Field(default=None, ge=0, description="Used, bytes.")
     available_bytes: int | None = Field(default=None, ge=0, description="Available, bytes.")
     labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+    driver: str | None = Field(
+        default=None, description="CSI driver or provisioner: csi.juicefs.com, nfs.csi.k8s.io, ..."
+    )
+    claim: str | None = Field(default=None, description="Name of the PVC bound to the volume, in namespace.")
 
 
 # --- progress markers ------------------------------------------------------------------------
