@@ -184,8 +184,8 @@ class ContainerdWatcher:
         message_type = _EVENTS.get(envelope.event.TypeName())
         if message_type is None:
             return None
-        event = message_type()
-        envelope.event.Unpack(event)
+        # not Any.Unpack: containerd's type URLs have no "type.googleapis.com/" prefix, which it requires
+        event = message_type.FromString(envelope.event.value)
         at = _time(envelope.timestamp)
         state: ContainerRuntimeState | None
         exit_code: int | None = None
