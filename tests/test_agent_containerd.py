@@ -12,6 +12,7 @@ stream breaks, one log line, the agent subscribes again and takes the events tha
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -21,10 +22,14 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import fastavro
 from confluent_kafka import Consumer
 
+from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.models import ChangeType, ContainerEvent, ContainerRuntimeState
 from gpulens.schemas.model.topics import CONTAINERS, entity_key
+from gpulens.schemas.wire.codec import register, registry_client
+from gpulens.testing.examples import example_events
 from gpulens.testing.fake_containerd import (
     Containerd,
     matches,
@@ -47,6 +52,7 @@ GPUS = ["GPU-7f3a5c1e", "GPU-91c2d4b8"]
 CREATED, RUNNING = ContainerRuntimeState.CREATED, ContainerRuntimeState.RUNNING
 EXITED, DELETED = ContainerRuntimeState.EXITED, ContainerRuntimeState.DELETED
 ADDED, MODIFIED, GONE = ChangeType.ADDED, ChangeType.MODIFIED, ChangeType.DELETED
+LIFECYCLE_FIELDS = ("state", "exit_code", "exited_at", "oom_killed")
 
 
 def at(clock: str) -> datetime:
@@ -204,3 +210,42 @@ def test_the_agent_publishes_a_pods_container_lifecycle_from_containerd(
         assert log.count(f"no containerd socket at {containerd_socket}") == 1, log
     finally:
         records.close()
+
+
+def test_the_lifecycle_fields_are_a_backward_compatible_evolution_of_container_event(platform, unique):
+    """The schema before them (the committed one less the four fields) and the new one, under one
+    subject of the real registry: the new one registers (BACKWARD), an old reader decodes a
+    record written with it, and a new reader decodes an old record with the defaults."""
+    new_text = committed(ContainerEvent)
+    old = json.loads(new_text)
+    old["fields"] = [f for f in old["fields"] if f["name"] not in LIFECYCLE_FIELDS]
+    assert len(old["fields"]) == len(json.loads(new_text)["fields"]) - len(LIFECYCLE_FIELDS)
+    registry = registry_client(platform.registry.url)
+    subject = f"containers-compat-{unique}-value"
+    old_id = register(registry, subject, json.dumps(old))
+    assert register(registry, subject, new_text) != old_id
+
+    written = {
+        **example_events()[CONTAINERS].model_dump(),
+        "state": "EXITED",
+        "exit_code": 137,
+        "exited_at": at("12:01:35.430"),
+        "oom_killed": True,
+    }
+    new_schema, old_schema = fastavro.parse_schema(json.loads(new_text)), fastavro.parse_schema(old)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, new_schema, written)
+    body.seek(0)
+    assert fastavro.schemaless_reader(body, new_schema, old_schema) == {
+        k: v for k, v in written.items() if k not in LIFECYCLE_FIELDS
+    }
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old_schema, example_events()[CONTAINERS].model_dump())
+    body.seek(0)
+    read = fastavro.schemaless_reader(body, old_schema, new_schema)
+    assert {k: read[k] for k in LIFECYCLE_FIELDS} == {
+        "state": None,
+        "exit_code": None,
+        "exited_at": None,
+        "oom_killed": False,
+    }
