@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -68,7 +68,8 @@ def subscribe_filters(namespace: str) -> list[str]:
 
 
 def _time(stamp: Timestamp) -> datetime:
-    return datetime.fromtimestamp(stamp.seconds + stamp.nanos / 1e9, UTC)
+    """Exact to the microsecond (a float of seconds would turn .430 into .429999)."""
+    return datetime.fromtimestamp(stamp.seconds, UTC) + timedelta(microseconds=stamp.nanos // 1000)
 
 
 class ContainerdWatcher:
