@@ -8,6 +8,8 @@ times, exit statuses and OOM kill), not computed by the agent's code.
 The same run checks the degradations: containerd's socket missing at start (one log line, the
 agent keeps publishing, and subscribes once the socket appears) and containerd restarting (the
 stream breaks, one log line, the agent subscribes again and takes the events that follow).
+Below it: the schema change is a BACKWARD-compatible evolution in the real registry, and the
+instance rules for an agent that subscribed mid-life.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from pathlib import Path
 import fastavro
 from confluent_kafka import Consumer
 
+from gpulens.producers.agent.collecting import Identity, RuntimeChange
+from gpulens.producers.agent.events import ContainerTracker, LifecycleTracker, NodeIdentity
 from gpulens.schemas.model.avro_schema import committed
-from gpulens.schemas.model.models import ChangeType, ContainerEvent, ContainerRuntimeState
+from gpulens.schemas.model.models import ChangeType, ContainerEvent, ContainerRuntimeState, DeviceAssignment
 from gpulens.schemas.model.topics import CONTAINERS, entity_key
 from gpulens.schemas.wire.codec import register, registry_client
 from gpulens.testing.examples import example_events
@@ -249,3 +253,37 @@ def test_the_lifecycle_fields_are_a_backward_compatible_evolution_of_container_e
         "exited_at": None,
         "oom_killed": False,
     }
+
+
+def test_an_agent_subscribed_mid_life_and_removals_out_of_order():
+    """Events of an instance first seen late still say its state; an older instance's removal
+    after the current one's changes nothing but another DELETED (never a resurrection)."""
+    who = NodeIdentity("c1", "gpu-node-7", "node-agent")
+    kubelet = ContainerTracker(who)
+    kubelet.changes(
+        {("ml", "train-0", "main"): (DeviceAssignment(resource_name="amd.com/gpu", device_id="G"),)},
+        at("12:00:00"),
+    )
+    tracker = LifecycleTracker(who, kubelet)
+    main = ("ml", "train-0", "main")
+    old, new = Identity(main, POD_UID, at("12:00:01")), Identity(main, POD_UID, at("12:01:46"))
+
+    def change(cid, identity, clock, state, **more):
+        return RuntimeChange(cid, identity, at(clock), state, **more)
+
+    got = tracker.changes(
+        [
+            # subscribed while the second instance ran: its exit is the first word of it
+            change(MAIN_1, new, "12:06:40", EXITED, exit_code=0, exited_at=at("12:06:39.998")),
+            change(MAIN_1, new, "12:06:42.107", DELETED),
+            change(MAIN_0, old, "12:06:42.200", DELETED),
+        ]
+    )
+    assert [
+        (e.container_id, e.type, e.state, e.exit_code, [d.device_id for d in e.devices]) for e in got
+    ] == [
+        (MAIN_1, MODIFIED, EXITED, 0, ["G"]),
+        (MAIN_1, GONE, DELETED, 0, []),
+        (MAIN_0, GONE, DELETED, None, []),
+    ]
+    assert kubelet.held == {}  # forgotten: the kubelet's view, if it still lists it, is ADDED again
