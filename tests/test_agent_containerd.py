@@ -21,12 +21,15 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
 import fastavro
 from confluent_kafka import Consumer
+from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.platform import free_port
 from gpulens.producers.agent.collecting import Identity, RuntimeChange
 from gpulens.producers.agent.events import ContainerTracker, LifecycleTracker, NodeIdentity
 from gpulens.schemas.model.avro_schema import committed
@@ -118,6 +121,28 @@ class Records:
         self._consumer.close()
 
 
+def wait_connected(url: str, want: float, agent: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Until the agent's /metrics says gpulens_agent_runtime_connected{collector="containerd"} ``want``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert agent.poll() is None, f"the agent exited ({agent.returncode})"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            text = ""
+        values = [
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "gpulens_agent_runtime_connected" and s.labels == {"collector": "containerd"}
+        ]
+        if values == [want]:
+            return
+        assert time.monotonic() < deadline, f"gpulens_agent_runtime_connected: {values}, not {want}"
+        time.sleep(0.05)
+
+
 def rows(records: list[ContainerEvent]) -> list[tuple[Row, datetime]]:
     return [
         (
@@ -133,6 +158,8 @@ def test_the_agent_publishes_a_pods_container_lifecycle_from_containerd(
 ):
     node = f"gpu-node-{unique}"
     kubelet_socket, containerd_socket = tmp_path / "kubelet.sock", tmp_path / "containerd.sock"
+    port = free_port()
+    metrics = f"http://127.0.0.1:{port}/metrics"
     env = {
         **os.environ,
         "GPULENS_CONFIG": str(config_file),
@@ -144,7 +171,7 @@ def test_the_agent_publishes_a_pods_container_lifecycle_from_containerd(
         "GPULENS_AGENT__CONTAINERD_SOCKET": str(containerd_socket),
         "GPULENS_AGENT__CONTAINERD_RETRY_MIN_S": "0.05",
         "GPULENS_AGENT__CONTAINERD_RETRY_MAX_S": "0.2",
-        "GPULENS_AGENT__METRICS_PORT": "0",
+        "GPULENS_AGENT__METRICS_PORT": str(port),
     }
     envelopes = read_ctr_events(EVENTS)
     records = Records(platform, codec, node, unique)
@@ -164,10 +191,12 @@ def test_the_agent_publishes_a_pods_container_lifecycle_from_containerd(
             [held] = records.take(1, agent)
             assert (held.type, held.container_name, held.state) == (ADDED, "main", None)
             assert sorted(d.device_id for d in held.devices) == GPUS
+            wait_connected(metrics, 0, agent)
 
             first = Containerd(envelopes, read_ctr_containers(CONTAINERS_INFO))
             with serving(containerd_socket, first):
                 first.wait_subscribed(1)  # found once the socket appeared
+                wait_connected(metrics, 1, agent)
                 filters, metadata = first.subscriptions[0]
                 assert metadata["containerd-namespace"] == "k8s.io"
                 wanted = [
@@ -195,6 +224,7 @@ def test_the_agent_publishes_a_pods_container_lifecycle_from_containerd(
                 assert (released.type, released.container_name, released.devices) == (GONE, "main", [])
 
             # containerd restarts (its streams break) and the teardown follows.
+            wait_connected(metrics, 0, agent)
             restarted = Containerd(envelopes, read_ctr_containers(CONTAINERS_INFO))
             restarted.release(until=at("12:06:40.500"), quietly=True)
             with serving(containerd_socket, restarted):

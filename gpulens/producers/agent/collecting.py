@@ -118,6 +118,9 @@ class RuntimeChange:
 class BaseLifecycleCollector(BaseCollector, Protocol):
     """Containers created, started, OOM-killed, exited and deleted (the container runtime's view)."""
 
+    connected: bool
+    """Whether the runtime's event stream is followed now (it is retried while it is not)."""
+
     def changes(self) -> list[RuntimeChange]:
         """The lifecycle changes since the last call, in the runtime's order."""
 

@@ -98,6 +98,8 @@ class ContainerdWatcher:
         self._thread: threading.Thread | None = None
         self._call: grpc.Future | None = None
         self._lock = threading.Lock()  # guards _call between the watcher thread and close()
+        self.connected = False
+        """Whether the event stream is subscribed now (read by the agent's loop for its gauge)."""
         self._lost: bool | None = False
         """False before the first try, True once a failure was logged, None while subscribed: one
         warning per outage, one info line per subscription."""
@@ -131,6 +133,7 @@ class ContainerdWatcher:
         delay = self._retry[0]
         while not self._stop.is_set():
             problem = self._follow()
+            self.connected = False
             if self._stop.is_set():
                 return
             if self._lost is None:  # subscribed, then the stream ended: retry at the shortest wait
@@ -161,7 +164,7 @@ class ContainerdWatcher:
                     call.cancel()
                 self._call = call
             log.info("containerd events: subscribed on %s", self._path)
-            self._lost = None
+            self._lost, self.connected = None, True
             try:
                 for envelope in call:
                     change = self._change(envelope, containers)

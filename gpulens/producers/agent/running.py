@@ -153,6 +153,7 @@ class NodeAgent:
             self._metrics.health.update([self._health.latest[r.device_id] for r in readings])
         # the runtime's changes first, with the devices as last seen: they happened before this round
         for runtime in (c for c in self._active if isinstance(c, BaseLifecycleCollector)):
+            self._metrics.runtime_connected.labels(runtime.name).set(runtime.connected)
             for event in self._lifecycle.changes(runtime.changes()):
                 self._sender.send(CONTAINERS, event)
         for mapping in (c for c in self._active if isinstance(c, BaseAssignmentCollector)):
