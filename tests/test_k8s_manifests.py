@@ -459,6 +459,16 @@ def test_agent_mounts_the_kubelet_pod_resources_socket(
 
 
 @pytest.mark.parametrize("container", AGENTS, ids=lambda c: c.id)
+def test_agent_mounts_the_containerd_socket_read_only(
+    container: Container, config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings_of(container, config_file, monkeypatch).agent
+    assert "containerd" in settings.collectors
+    socket = settings.containerd_socket
+    assert _host_path_mounts(container).get(socket.parent) == ("/run/containerd", True)
+
+
+@pytest.mark.parametrize("container", AGENTS, ids=lambda c: c.id)
 def test_agent_reads_the_host_sysfs_read_only(
     container: Container, config_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,9 +15,11 @@ from gpulens.commands.service import Metrics, Service, run_service
 @click.option("--once", is_flag=True, help="Collect and publish one round, wait for delivery, exit.")
 @pass_context
 def agent(context: Context, /, once: bool, **_agent_flags: object) -> None:
-    """Collect GPUs, RDMA ports and pod<->device assignments of this node and publish them.
+    """Collect GPUs, RDMA ports, pod<->device assignments and container lifecycle (containerd) of
+    this node and publish them.
 
-    Collectors whose library, socket or sysfs tree is missing switch off with one log line;
+    Collectors whose library, socket or sysfs tree is missing switch off with one log line
+    (containerd's socket is waited for, with backoff);
     records the broker does not acknowledge wait in agent.spool_dir and are re-sent in order.
     Serves its health and its GPUs' gauges (gpu_utilization, gpu_socket_power_watts,
     gpu_memory_used_bytes, with the pod holding each GPU) on agent.metrics_host:metrics_port.

@@ -17,7 +17,8 @@ def gateway(context: Context, /, **_gateway_flags: object) -> None:
     """Accept event batches over gRPC, check them, publish them to Kafka; serve until SIGTERM/Ctrl-C.
 
     Calls need `authorization: Bearer <token>` with one of gateway.tokens; a batch is acked
-    only after the broker acknowledged every record of it.
+    only after the broker acknowledged every record of it. Primus-Lens node exporters may
+    stream their container events to it too (exporter.ExporterService/StreamContainerEvents).
     """
     from gpulens.producers.gateway import Gateway, GatewayMetrics
     from gpulens.schemas.model.exceptions import ConfigError
@@ -36,7 +37,13 @@ def gateway(context: Context, /, **_gateway_flags: object) -> None:
         await server.serve(stop)
 
     def work(service: Service) -> None:
-        asyncio.run(serve(Gateway(gateway_settings, settings.kafka, service.codec, metrics=metrics)))
+        asyncio.run(
+            serve(
+                Gateway(
+                    gateway_settings, settings.kafka, service.codec, metrics=metrics, cluster=settings.cluster
+                )
+            )
+        )
 
     run_service(
         settings,

@@ -1,8 +1,10 @@
-"""The node agent: GPUs (amdsmi, NVML), RDMA ports (sysfs) and pod<->device mapping (kubelet).
+"""The node agent: GPUs (amdsmi, NVML), RDMA ports (sysfs), pod<->device mapping (kubelet) and
+container lifecycle (containerd).
 
 One agent per node publishes one GpuSampleBatch per interval, DeviceInventory when it changes
 (and every ``inventory_interval_s``), and ContainerEvents when a container gains or loses
-devices. Records the broker does not acknowledge wait in a bounded on-disk spool.
+devices or containerd reports its lifecycle (created, running, OOM-killed, exited, deleted).
+Records the broker does not acknowledge wait in a bounded on-disk spool.
 
 Names load on first use (PEP 562): every GPULens process imports
 ``gpulens.producers.agent.settings`` for its configuration, and that must not load the agent's gRPC

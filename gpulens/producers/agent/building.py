@@ -8,6 +8,7 @@ from typing import Any
 
 from gpulens.producers.agent.amd import AmdCollector
 from gpulens.producers.agent.collecting import BaseCollector
+from gpulens.producers.agent.containerd import ContainerdWatcher
 from gpulens.producers.agent.events import NodeIdentity
 from gpulens.producers.agent.health import HealthRules
 from gpulens.producers.agent.metrics import AgentMetrics
@@ -36,6 +37,12 @@ def collectors_for(
             timeout_s=settings.pod_resources_timeout_s,
             gpu_patterns=settings.gpu_resource_patterns,
             rdma_patterns=settings.rdma_resource_patterns,
+        ),
+        "containerd": lambda: ContainerdWatcher(
+            settings.containerd_socket,
+            namespace=settings.containerd_namespace,
+            retry_min_s=settings.containerd_retry_min_s,
+            retry_max_s=settings.containerd_retry_max_s,
         ),
     }
     return [make[name]() for name in settings.collectors]

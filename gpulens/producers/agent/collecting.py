@@ -11,9 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from gpulens.schemas.model.models import DeviceAssignment, GpuDevice, GpuSample, RdmaDevice
+from gpulens.schemas.model.models import (
+    ContainerRuntimeState,
+    DeviceAssignment,
+    GpuDevice,
+    GpuSample,
+    RdmaDevice,
+)
 
 ContainerKey = tuple[str, str, str]
 """(pod namespace, pod name, container name)."""
@@ -80,6 +87,42 @@ class BaseAssignmentCollector(BaseCollector, Protocol):
 
     def assignments(self) -> Mapping[ContainerKey, tuple[DeviceAssignment, ...]]:
         """Devices held by each container now; containers without devices are left out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a container is in Kubernetes, from its CRI labels."""
+
+    key: ContainerKey
+    pod_uid: str | None
+    created_at: datetime
+    """When containerd created it: of two instances of one pod's container, the later is current."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeChange:
+    """One lifecycle event of one container instance, as containerd reported it."""
+
+    container_id: str
+    identity: Identity
+    at: datetime
+    """The envelope's timestamp: when containerd published it."""
+    state: ContainerRuntimeState | None
+    """The state it entered; None for an OOM kill, which leaves the state as it was."""
+    exit_code: int | None = None
+    exited_at: datetime | None = None
+    oom_killed: bool = False
+
+
+@runtime_checkable
+class BaseLifecycleCollector(BaseCollector, Protocol):
+    """Containers created, started, OOM-killed, exited and deleted (the container runtime's view)."""
+
+    connected: bool
+    """Whether the runtime's event stream is followed now (it is retried while it is not)."""
+
+    def changes(self) -> list[RuntimeChange]:
+        """The lifecycle changes since the last call, in the runtime's order."""
 
 
 def optional(errors: tuple[type[BaseException], ...], call: Callable[..., Any], *args: Any) -> Any:

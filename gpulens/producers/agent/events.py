@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpulens.producers.agent.collecting import ContainerKey
+from gpulens.producers.agent.collecting import ContainerKey, RuntimeChange
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
     ChangeType,
     ContainerEvent,
+    ContainerRuntimeState,
     DeviceAssignment,
     DeviceInventory,
     GpuDevice,
@@ -88,6 +89,10 @@ class ContainerTracker:
         self.held = dict(now)
         return events
 
+    def forget(self, key: ContainerKey) -> None:
+        """Drop ``key`` (its runtime deleted it): if the kubelet still lists it, it is ADDED again."""
+        self.held.pop(key, None)
+
     def _event(
         self, change: ChangeType, key: ContainerKey, devices: tuple[DeviceAssignment, ...], at: datetime
     ) -> ContainerEvent:
@@ -104,4 +109,88 @@ class ContainerTracker:
             pod_name=pod,
             container_name=container,
             devices=list(devices),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Instance:
+    """What was last published of one container instance."""
+
+    state: ContainerRuntimeState | None
+    exit_code: int | None
+    exited_at: datetime | None
+    oom_killed: bool
+
+
+@dataclass
+class LifecycleTracker:
+    """Turns containerd's lifecycle changes into ContainerEvents with the devices held.
+
+    The record is keyed by the pod's container (namespace, pod, container name), while
+    containerd speaks of instances: a restarted container is a new instance under the same
+    key. Only the key's current instance (the one containerd created last) is published; the
+    deletion of an older one, which the kubelet's garbage collection does later, is not (it
+    would say the key is gone while its successor runs). A change that repeats the instance's
+    last published state (TaskCreate after ContainerCreate, TaskDelete after TaskExit) is not
+    published either.
+
+    The current instance's deletion is a DELETED record and makes ``containers`` forget the
+    key, so that the kubelet's view, if it still lists the key, is published again next round.
+    """
+
+    who: NodeIdentity
+    containers: ContainerTracker
+    _current: dict[ContainerKey, tuple[datetime, str]] = field(default_factory=dict)
+    _instances: dict[str, _Instance] = field(default_factory=dict)
+
+    def changes(self, changes: list[RuntimeChange]) -> list[ContainerEvent]:
+        """The events ``changes`` (in containerd's order) make, with the devices held now."""
+        return [event for change in changes if (event := self._event(change)) is not None]
+
+    def _event(self, change: RuntimeChange) -> ContainerEvent | None:
+        key, cid = change.identity.key, change.container_id
+        current = self._current.get(key)
+        if current is None or (current[1] != cid and current[0] <= change.identity.created_at):
+            current = self._current[key] = (change.identity.created_at, cid)
+        if current[1] != cid:  # an older instance of the key
+            self._instances.pop(cid, None)
+            return None
+        last = self._instances.get(cid, _Instance(None, None, None, False))
+        state = change.state or last.state or ContainerRuntimeState.RUNNING
+        now = _Instance(
+            state,
+            change.exit_code if change.exit_code is not None else last.exit_code,
+            change.exited_at or last.exited_at,
+            change.oom_killed or last.oom_killed,
+        )
+        if now == last:
+            return None
+        self._instances[cid] = now
+        change_type = ChangeType.MODIFIED
+        devices = self.containers.held.get(key, ())
+        if state is ContainerRuntimeState.CREATED:
+            change_type = ChangeType.ADDED
+        elif state is ContainerRuntimeState.DELETED:
+            change_type, devices = ChangeType.DELETED, ()
+            del self._current[key], self._instances[cid]
+            self.containers.forget(key)
+        namespace, pod, container = key
+        who = self.who
+        return ContainerEvent(
+            event_id=event_id(who.cluster, who.node, cid, state, now.oom_killed, change.at.isoformat()),
+            cluster=who.cluster,
+            event_time=change.at,
+            source=who.source,
+            type=change_type,
+            node=who.node,
+            pod_uid=change.identity.pod_uid,
+            pod_namespace=namespace,
+            pod_name=pod,
+            container_name=container,
+            container_id=cid,
+            devices=list(devices),
+            state=state,
+            exit_code=now.exit_code,
+            exited_at=now.exited_at,
+            oom_killed=now.oom_killed,
         )

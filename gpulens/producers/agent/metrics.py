@@ -32,6 +32,12 @@ class AgentMetrics:
             ["collector"],
             registry=self.registry,
         )
+        self.runtime_connected = Gauge(
+            "gpulens_agent_runtime_connected",
+            "1 while the container runtime's event stream is followed, 0 while it is tried again.",
+            ["collector"],
+            registry=self.registry,
+        )
         self.collection_errors = Counter(
             "gpulens_agent_collection_errors_total",
             "Collection rounds that failed (the collector stays on).",

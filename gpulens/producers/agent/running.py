@@ -1,8 +1,10 @@
-"""The agent loop: every interval one GpuSampleBatch, inventory when it changed, container changes,
-GPU health changes (:mod:`gpulens.producers.agent.health`), and the round's samples on the agent's
-own /metrics (:class:`~gpulens.producers.agent.gauges.GpuGauges`).
+"""The agent loop: every interval one GpuSampleBatch, inventory when it changed, container changes
+(devices from the kubelet, lifecycle from containerd), GPU health changes
+(:mod:`gpulens.producers.agent.health`), and the round's samples on the agent's own /metrics
+(:class:`~gpulens.producers.agent.gauges.GpuGauges`).
 
-One thread does everything (collection, delivery callbacks, spooling), so nothing here
+One thread does everything (collection, delivery callbacks, spooling; containerd's stream is
+read on a thread of its own and handed over each round), so nothing here
 needs a lock. A collector that cannot work on this node is switched off once, at start, with
 one log line and ``gpulens_agent_collector_enabled{collector} 0``; a collector that fails one
 round is logged when it starts failing and when it recovers, and tried again next round.
@@ -24,10 +26,17 @@ from gpulens.producers.agent.collecting import (
     BaseCollector,
     BaseGpuCollector,
     BaseHealthCollector,
+    BaseLifecycleCollector,
     BaseRdmaCollector,
     HealthReading,
 )
-from gpulens.producers.agent.events import ContainerTracker, NodeIdentity, inventory_event, sample_batch
+from gpulens.producers.agent.events import (
+    ContainerTracker,
+    LifecycleTracker,
+    NodeIdentity,
+    inventory_event,
+    sample_batch,
+)
 from gpulens.producers.agent.exceptions import CollectorUnavailable
 from gpulens.producers.agent.health import HealthRules, HealthTracker
 from gpulens.producers.agent.metrics import AgentMetrics
@@ -85,6 +94,7 @@ class NodeAgent:
         self._inventory_every = timedelta(seconds=inventory_interval_s)
         self._clock = clock
         self._tracker = ContainerTracker(who)
+        self._lifecycle = LifecycleTracker(who, self._tracker)
         self._health = HealthTracker(who, health_rules or HealthRules())
         self._inventory: tuple[list[GpuDevice], list[RdmaDevice]] | None = None
         self._inventory_at: datetime | None = None
@@ -141,6 +151,11 @@ class NodeAgent:
             for change in changes:
                 self._sender.send(GPU_HEALTH, change)
             self._metrics.health.update([self._health.latest[r.device_id] for r in readings])
+        # the runtime's changes first, with the devices as last seen: they happened before this round
+        for runtime in (c for c in self._active if isinstance(c, BaseLifecycleCollector)):
+            self._metrics.runtime_connected.labels(runtime.name).set(runtime.connected)
+            for event in self._lifecycle.changes(runtime.changes()):
+                self._sender.send(CONTAINERS, event)
         for mapping in (c for c in self._active if isinstance(c, BaseAssignmentCollector)):
             held = self._collect(mapping, mapping.assignments)
             if held is not None:

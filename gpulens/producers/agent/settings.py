@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.producers.gateway.settings import GatewayClientSettings
 
-CollectorName = Literal["amd", "nvidia", "rdma", "pod-resources"]
+CollectorName = Literal["amd", "nvidia", "rdma", "pod-resources", "containerd"]
 
 
 def _default_node() -> str:
@@ -27,8 +27,9 @@ class AgentSettings(BaseModel):
     node: str = Field(default_factory=_default_node, min_length=1, description="Node name in every record.")
     source: str = Field(default="node-agent", min_length=1, description="`source` of every event.")
     collectors: tuple[CollectorName, ...] = Field(
-        default=("amd", "nvidia", "rdma", "pod-resources"),
-        description="Collectors to try; each one whose library, socket or tree is missing switches off.",
+        default=("amd", "nvidia", "rdma", "pod-resources", "containerd"),
+        description="Collectors to try; each one whose library, socket or tree is missing switches off "
+        "(containerd's socket is waited for instead, with backoff).",
     )
     sample_interval_s: float = Field(
         default=5.0, gt=0, description="One GpuSampleBatch per node every this many seconds."
@@ -55,6 +56,19 @@ class AgentSettings(BaseModel):
         description="Unix socket of the kubelet pod-resources API.",
     )
     pod_resources_timeout_s: float = Field(default=5.0, gt=0, description="Deadline of one List call.")
+    containerd_socket: Path = Field(
+        default=Path("/run/containerd/containerd.sock"),
+        description="Unix socket of containerd's gRPC API, whose events give container lifecycle.",
+    )
+    containerd_namespace: str = Field(
+        default="k8s.io", min_length=1, description="containerd namespace of the Kubernetes containers (CRI)."
+    )
+    containerd_retry_min_s: float = Field(
+        default=0.5, gt=0, description="First wait before containerd is tried again once its stream is lost."
+    )
+    containerd_retry_max_s: float = Field(
+        default=30.0, gt=0, description="Longest wait between tries (the wait doubles up to it)."
+    )
     gpu_resource_patterns: tuple[str, ...] = Field(
         default=("amd.com/gpu", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
         description="Shell patterns of device-plugin resources that are GPUs.",

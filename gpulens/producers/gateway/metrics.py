@@ -37,6 +37,13 @@ class GatewayMetrics:
             "Batches answered UNAVAILABLE because Kafka did not acknowledge them in time.",
             registry=self.registry,
         )
+        self.container_events = Counter(
+            "gpulens_gateway_container_events_total",
+            "Primus-Lens container events (ExporterService.StreamContainerEvents) by outcome: published, "
+            "or skipped (no container id or node, not a pod's container, an unknown type).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.ack_latency = Histogram(
             "gpulens_gateway_ack_latency_seconds",
             "From a batch's arrival to its ack (every record acknowledged by the broker).",

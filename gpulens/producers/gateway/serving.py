@@ -48,9 +48,10 @@ from gpulens.producers.gateway.metrics import GatewayMetrics
 from gpulens.producers.gateway.settings import GatewaySettings
 from gpulens.producers.gateway.validating import BatchValidator, Checked
 from gpulens.protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
+from gpulens.protos.lens.v1 import exporter_pb2_grpc
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.model.exceptions import RegistryError
-from gpulens.schemas.model.topics import CATALOG, TopicSpec
+from gpulens.schemas.model.topics import CATALOG, CONTAINERS, TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 
 log = logging.getLogger(__name__)
@@ -136,16 +137,16 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         self, request_iterator: AsyncIterator[ingest_pb2.EventBatch], context: grpc.aio.ServicerContext
     ) -> ingest_pb2.PublishSummary:
         """Publish every batch of the call; answer once all are acknowledged."""
-        await self._authenticate(context)
+        await self.authenticate(context)
         accepted: list[_Accepted] = []
         try:
             async for batch in self._parsed(request_iterator):
-                accepted.append(await self._accept(batch))
+                accepted.append(await self.accept(batch))
             deadline = time.monotonic() + self._settings.ack_timeout_s
             for item in accepted:
-                await self._acknowledged(item, deadline - time.monotonic())
+                await self.acknowledged(item, deadline - time.monotonic())
         except GatewayError as err:
-            await _abort(context, err)
+            await abort(context, err)
         return ingest_pb2.PublishSummary(
             batches=len(accepted),
             events=sum(item.delivery.count for item in accepted),
@@ -156,18 +157,18 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         self, request_iterator: AsyncIterator[ingest_pb2.EventBatch], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ingest_pb2.BatchAck]:
         """Publish batches as they come; ack each, in order, once Kafka has every record of it."""
-        await self._authenticate(context)
+        await self.authenticate(context)
         accepted: asyncio.Queue[_Accepted | GatewayError | None] = asyncio.Queue()
         reader = asyncio.create_task(self._read(request_iterator, accepted))
         try:
             while (item := await accepted.get()) is not None:
                 if isinstance(item, GatewayError):
-                    await _abort(context, item)
+                    await abort(context, item)
                     return
                 try:
-                    await self._acknowledged(item, self._settings.ack_timeout_s)
+                    await self.acknowledged(item, self._settings.ack_timeout_s)
                 except GatewayError as err:
-                    await _abort(context, err)
+                    await abort(context, err)
                     return
                 yield ingest_pb2.BatchAck(
                     batch_id=item.batch_id, events=item.delivery.count, duplicate=item.duplicate
@@ -184,7 +185,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
     ) -> None:
         try:
             async for batch in self._parsed(request_iterator):
-                accepted.put_nowait(await self._accept(batch))
+                accepted.put_nowait(await self.accept(batch))
         except GatewayError as err:
             accepted.put_nowait(err)  # the batches before it are still acked, then the call ends
             return
@@ -203,14 +204,20 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
                 "", RejectReason.UNDECODABLE_BATCH, f"the message is not an EventBatch: {err}"
             ) from err
 
-    async def _authenticate(self, context: grpc.aio.ServicerContext) -> None:
+    @property
+    def ack_timeout_s(self) -> float:
+        """How long a batch waits for the broker's acknowledgement (gateway.ack_timeout_s)."""
+        return self._settings.ack_timeout_s
+
+    async def authenticate(self, context: grpc.aio.ServicerContext) -> None:
+        """Abort the call with UNAUTHENTICATED unless it carries one of the gateway's tokens."""
         given = dict(context.invocation_metadata() or ()).get("authorization", "")
         presented = given.encode() if isinstance(given, str) else given
         if not any(hmac.compare_digest(presented, token) for token in self._tokens):
             self._metrics.rejected.labels(RejectReason.UNAUTHENTICATED.value).inc()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid `authorization: Bearer` token")
 
-    async def _accept(self, batch: ingest_pb2.EventBatch) -> _Accepted:
+    async def accept(self, batch: ingest_pb2.EventBatch) -> _Accepted:
         """Check ``batch`` and hand its records to the producer, unless its id is known already."""
         received_at = time.monotonic()
         size = batch.ByteSize()
@@ -278,7 +285,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         if future.result() is None:  # counted once per delivery, however often its id is sent
             self._metrics.events_published.inc(delivery.count)
 
-    async def _acknowledged(self, item: _Accepted, timeout: float) -> None:
+    async def acknowledged(self, item: _Accepted, timeout: float) -> None:
         """Wait until Kafka has every record of ``item``; :class:`GatewayUnavailable` otherwise."""
         try:
             error = await asyncio.wait_for(asyncio.shield(item.delivery.future), max(timeout, 0.0))
@@ -290,7 +297,7 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
         self._metrics.ack_latency.observe(time.monotonic() - item.received_at)
 
 
-async def _abort(context: grpc.aio.ServicerContext, err: GatewayError) -> None:
+async def abort(context: grpc.aio.ServicerContext, err: GatewayError) -> None:
     """End the call with the status code that says what the client should do about ``err``."""
     if isinstance(err, InvalidBatch | BatchIdReused):
         code = (
@@ -313,8 +320,14 @@ class Gateway:
         *,
         topics: Iterable[TopicSpec] = CATALOG,
         metrics: GatewayMetrics | None = None,
+        cluster: str = "default",
+        containers: TopicSpec = CONTAINERS,
     ) -> None:
         self.settings = settings
+        self._codec = codec
+        self._cluster = cluster
+        """The cluster of the records made from Primus-Lens's events (which name none)."""
+        self._containers = containers
         self.metrics = metrics or GatewayMetrics()
         self.port: int | None = None
         """The port it listens on, once started (``settings.port``, or the one picked for 0)."""
@@ -348,6 +361,12 @@ class Gateway:
         )
         service = IngestService(self.settings, self._producer, self._validator, self.metrics)
         ingest_pb2_grpc.add_IngestServicer_to_server(service, server)
+        from gpulens.producers.gateway.lens import ExporterService  # it imports this module
+
+        lens = ExporterService(
+            service, self._codec, self.metrics, cluster=self._cluster, topic=self._containers
+        )
+        exporter_pb2_grpc.add_ExporterServiceServicer_to_server(lens, server)
         self.port = self._listen(server)
         poller = asyncio.create_task(self._poll())
         try:

@@ -38,6 +38,7 @@ __all__ = [
     "ClusterGpuAllocation",
     "ClusterOverview",
     "ContainerEvent",
+    "ContainerRuntimeState",
     "ContainerState",
     "DeadLetter",
     "DeviceAssignment",
@@ -404,8 +405,23 @@ class DeviceAssignment(Record):
     kind: DeviceKind = Field(default=DeviceKind.OTHER, description="GPU, RDMA or OTHER.")
 
 
+class ContainerRuntimeState(StrEnum):
+    """Where a container is in its life, as the container runtime (containerd) reports it."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    EXITED = "EXITED"
+    DELETED = "DELETED"
+
+
 class ContainerEvent(Event):
-    """A container and the devices it holds now (full set; DELETED when it is gone)."""
+    """A container and the devices it holds now (full set; DELETED when it is gone).
+
+    Two observers publish it: the kubelet's pod-resources API when the devices a container holds
+    change (``state`` unset), and the container runtime's event stream when the container is
+    created, starts, is OOM-killed, exits or is deleted (``state`` set, with ``container_id`` the
+    runtime's instance it speaks of). Either way ``devices`` is the full set held now.
+    """
 
     type: ChangeType = Field(description="ADDED, MODIFIED or DELETED.")
     node: str = Field(min_length=1, description="Node name.")
@@ -415,6 +431,18 @@ class ContainerEvent(Event):
     container_name: str = Field(description="Container name.")
     container_id: str | None = Field(default=None, description="Runtime container id.")
     devices: list[DeviceAssignment] = Field(default_factory=list, description="Devices held now.")
+    state: ContainerRuntimeState | None = Field(
+        default=None,
+        description="CREATED, RUNNING, EXITED or DELETED, from the container runtime; null when the "
+        "record reports a change of devices only.",
+    )
+    exit_code: int | None = Field(
+        default=None, description="The main process's exit status, once EXITED (137: killed by SIGKILL)."
+    )
+    exited_at: Timestamp | None = Field(default=None, description="When the main process exited.")
+    oom_killed: bool = Field(
+        default=False, description="The kernel's OOM killer killed a process of this container instance."
+    )
 
     @property
     def container_key(self) -> str:
@@ -692,6 +720,7 @@ AVRO_ENUM_DEFAULTS: dict[type[Enum], StrEnum] = {
     ChangeType: ChangeType.MODIFIED,
     WorkloadStatus: WorkloadStatus.RUNNING,
     DeviceKind: DeviceKind.OTHER,
+    ContainerRuntimeState: ContainerRuntimeState.RUNNING,
 }
 """What an old reader makes of a symbol added after it was built."""
 

@@ -1,0 +1,1 @@
+"""containerd.events: the task and container events of the event stream."""

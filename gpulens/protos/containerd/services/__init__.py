@@ -1,0 +1,1 @@
+"""containerd.services: the gRPC services the node agent calls."""

@@ -1,0 +1,1 @@
+"""containerd.services.containers.v1: a container's labels (Get)."""

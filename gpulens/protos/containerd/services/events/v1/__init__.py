@@ -1,0 +1,1 @@
+"""containerd.services.events.v1: Subscribe to the event stream."""

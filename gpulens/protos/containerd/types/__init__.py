@@ -1,0 +1,1 @@
+"""containerd.types: the shared messages the events use."""

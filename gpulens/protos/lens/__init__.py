@@ -1,0 +1,1 @@
+"""Primus-Lens's node-exporter API (the gateway serves its StreamContainerEvents)."""

@@ -1,0 +1,1 @@
+"""lens v1: generated from exporter.proto with grpcio-tools (see exporter.proto for the command)."""
