@@ -21,7 +21,7 @@ from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 # The replayed demo data and its `gpulens api` process (fixture ``demo``), built once per session
 # for both the API's tests and the console's.
-pytest_plugins = ["api_demo"]
+pytest_plugins = ["api_demo", "watcher_support"]
 
 
 @pytest.fixture(scope="session")

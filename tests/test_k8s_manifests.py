@@ -36,6 +36,7 @@ from gpulens.config import ENV_PREFIX, GPULensSettings, load_settings
 from gpulens.producers.kubernetes.resources import (
     BUILTIN_WORKLOADS,
     CLAIMS,
+    KUEUE_WORKLOADS,
     NODES,
     PERSISTENT_VOLUMES,
     PODS,
@@ -557,7 +558,7 @@ def test_watcher_replicas_elect_a_leader(config_file: Path) -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    [NODES, PODS, *BUILTIN_WORKLOADS, PERSISTENT_VOLUMES, CLAIMS, STORAGE_CLASSES],
+    [NODES, PODS, *BUILTIN_WORKLOADS, KUEUE_WORKLOADS, PERSISTENT_VOLUMES, CLAIMS, STORAGE_CLASSES],
     ids=lambda k: k.key,
 )
 def test_watcher_may_read_what_it_watches(kind: Any) -> None:

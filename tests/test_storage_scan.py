@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes.client import Configuration
 from sink_support import SinkThread
-from test_kubernetes_watchers import Published, RunningWatcher, wait_for, watcher_settings
+from watcher_support import Published, RunningWatcher, wait_for, watcher_settings
 
 from gpulens.api.app import build_app
 from gpulens.api.reading import Reader

@@ -163,7 +163,7 @@ class PendingWaitsOperator:
     """pending_gpu_pods: why each GPU pod waits, judged at window ends."""
 
     name = "pending"
-    inputs = (NODES, PODS, WATERMARKS)
+    inputs = (NODES, PODS, WORKLOADS, WATERMARKS)
 
     def __init__(self, windows: TumblingWindows) -> None:
         self.state = self._waits = PendingWaits(windows)

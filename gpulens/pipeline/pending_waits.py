@@ -3,19 +3,21 @@
 The worker keeps, per cluster, the nodes (allocatable GPUs, Ready and schedulable, model), the
 GPUs each running pod holds on its node, and the GPU pods waiting unbound (DESIGN.md: not
 deleted, no node, phase Pending, GPU amount above zero), with the scheduler's words from their
-newest event. At each window's end, after every event before it, each waiting pod is judged on
+newest event; and the Kueue Workloads its queue has not admitted (their Jobs are suspended:
+no pod exists yet), each one waiting entry with its GPU request and the queue's message. At
+each window's end, after every event before it, each waiting pod is judged on
 the cluster's free GPUs by node (:mod:`gpulens.pipeline.waiting_reasons`: reason class and
 consolidation what-if), and a :class:`~gpulens.schemas.model.models.PendingGpuPod` row is
 written when its verdict differs from the one last written for it. A pod's verdict at an instant
 is therefore its newest row by then; a pod bound or deleted within one window gets none (its
 wait, ``scheduled_time - creation_time``, is in the pods table).
 
-Each wait that ends (the pod bound, deleted unbound, or out of Pending otherwise) is also
-observed, as it is processed, into the Prometheus histogram ``gpulens_gpu_pod_wait_seconds``
-by cluster, namespace and outcome, on the worker's ``/metrics``: kube-scheduler's pod
-scheduling histogram for GPU pods, in event time. A restarted worker counts from zero again
-(a counter reset, which ``rate`` and ``increase`` take in their stride); the changes between
-its last commit and the crash are counted by both processes.
+Each wait that ends (the pod bound, deleted unbound, or out of Pending otherwise; a Kueue
+Workload admitted) is also observed, as it is processed, into the Prometheus histogram
+``gpulens_gpu_pod_wait_seconds`` by cluster, namespace and outcome, on the worker's
+``/metrics``: kube-scheduler's pod scheduling histogram for GPU pods, in event time. A
+restarted worker counts from zero again (a counter reset, which ``rate`` and ``increase`` take
+in their stride); the changes between its last commit and the crash are counted by both.
 
 Time, windows and checkpoints follow the aggregators' skeleton (:mod:`gpulens.pipeline.aggregating`).
 A window in which no pod or node changed judges nothing (the verdicts could not differ).
@@ -30,16 +32,26 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import Histogram
 
 from gpulens.pipeline.aggregating import BaseWindowedAggregator
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.waiting_reasons import ClusterRoom, NodeRoom, Waiting
+from gpulens.pipeline.waiting_reasons import NOT_ADMITTED, ClusterRoom, NodeRoom, Waiting
 from gpulens.pipeline.windows import MILLI, TumblingWindows, from_ms, milli, to_ms
 from gpulens.schemas.model.ids import event_id
-from gpulens.schemas.model.models import ChangeType, Event, NodeEvent, PendingGpuPod, PodEvent, Watermark
+from gpulens.schemas.model.models import (
+    ChangeType,
+    Event,
+    NodeEvent,
+    PendingGpuPod,
+    PodEvent,
+    Watermark,
+    WorkloadEvent,
+    WorkloadStatus,
+)
 from gpulens.schemas.wire.sample_columns import SampleColumns
 
 SOURCE = "gpulens-worker"
@@ -107,6 +119,15 @@ class _Cluster:
     """A pod or node changed since the last judgement: otherwise every verdict would be the same."""
 
 
+def _pod_outcome(event: PodEvent) -> tuple[str, datetime]:
+    """How a pod's wait ended with ``event``, and when."""
+    if event.node is not None:
+        return "bound", event.scheduled_time or event.event_time
+    if event.type == ChangeType.DELETED:
+        return "deleted", event.deletion_time or event.event_time
+    return "ended", event.event_time
+
+
 class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
     """pending_gpu_pods rows from pod and node events (module docstring)."""
 
@@ -122,19 +143,23 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
             if not event.final:
                 return []
             return self._closed_by(event) + self.finish(event.cluster, to_ms(event.event_time))
-        if not isinstance(event, PodEvent | NodeEvent):
+        if not isinstance(event, PodEvent | NodeEvent | WorkloadEvent):
             return []
         rows = self._closed_by(event)
         cluster = self._enter(event)
         cluster.changed = True
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
+        elif isinstance(event, WorkloadEvent):
+            self._queued(cluster, event)
         else:
             self._node(cluster, event)
         return rows
 
     def _closes_windows(self, event: Event | SampleColumns) -> bool:
-        return isinstance(event, PodEvent | NodeEvent) or (isinstance(event, Watermark) and event.final)
+        return isinstance(event, PodEvent | NodeEvent | WorkloadEvent) or (
+            isinstance(event, Watermark) and event.final
+        )
 
     def _open(self, name: str, at: int) -> _Cluster:
         return _Cluster(name, self.windows.start_of(at), at)
@@ -158,10 +183,7 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
             and event.gpu_amount > 0
         )
         if not waiting:
-            ended = cluster.waiting.pop(uid, None)
-            if ended is not None:
-                changed.add(("pending", cluster.name, uid))
-                self._observe(cluster.name, ended, event)
+            self._end(cluster, uid, *_pod_outcome(event))
             return
         old = cluster.waiting.get(uid)
         cluster.waiting[uid] = _Waiting(
@@ -176,15 +198,46 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
         )
         changed.add(("pending", cluster.name, uid))
 
-    def _observe(self, cluster: str, ended: _Waiting, event: PodEvent) -> None:
-        if event.node is not None:
-            outcome, at = "bound", event.scheduled_time or event.event_time
-        elif event.type == ChangeType.DELETED:
-            outcome, at = "deleted", event.deletion_time or event.event_time
-        else:
-            outcome, at = "ended", event.event_time
+    def _queued(self, cluster: _Cluster, event: WorkloadEvent) -> None:
+        """A Kueue Workload waits while its queue has not admitted it (``admitted`` is None
+        for every other kind of workload, which never waits here)."""
+        if event.admitted is None:
+            return
+        uid = event.uid
+        waiting = (
+            not event.admitted
+            and event.type != ChangeType.DELETED
+            and event.status == WorkloadStatus.RUNNING
+            and event.gpu_request > 0
+        )
+        if not waiting:
+            if event.type == ChangeType.DELETED:
+                outcome = "deleted"
+            else:
+                outcome = "admitted" if event.admitted else "ended"
+            self._end(cluster, uid, outcome, event.event_time)
+            return
+        old = cluster.waiting.get(uid)
+        cluster.waiting[uid] = _Waiting(
+            created=to_ms(event.creation_time or event.event_time),
+            namespace=event.namespace,
+            name=event.name,
+            request=milli(event.gpu_request),
+            models=[],
+            reason=NOT_ADMITTED,
+            message=event.admission_message,
+            said=old.said if old else None,
+        )
+        self._changed.add(("pending", cluster.name, uid))
+
+    def _end(self, cluster: _Cluster, uid: str, outcome: str, at: datetime) -> None:
+        """The wait of ``uid``, if it waits, ended at ``at``: observed by ``outcome``."""
+        ended = cluster.waiting.pop(uid, None)
+        if ended is None:
+            return
+        self._changed.add(("pending", cluster.name, uid))
         waited_s = max(to_ms(at) - ended.created, 0) / 1000
-        self._waits.labels(cluster, ended.namespace, outcome).observe(waited_s)
+        self._waits.labels(cluster.name, ended.namespace, outcome).observe(waited_s)
 
     def _node(self, cluster: _Cluster, event: NodeEvent) -> None:
         node = cluster.nodes.setdefault(event.node, _Node())

@@ -9,7 +9,9 @@ pod *may use* a node of one of its GPU models (any node when it names none). The
 that applies:
 
 1. ``not_admitted``: the PodScheduled condition says ``SchedulingGated``: the pod waits on a
-   scheduling gate, as Kueue holds pods whose Workload it has not admitted; no free GPU helps.
+   scheduling gate, as Kueue holds pods whose Workload it has not admitted; or the waiting
+   entry is a Kueue Workload its queue has not admitted (``NOT_ADMITTED``: a suspended Job has
+   no pods yet); no free GPU helps.
 2. ``quota``: the scheduler's message names a quota (capacity-scheduling and queue plugins).
 3. When a Ready, schedulable node it may use has room for it now, GPUs are not the reason, and
    the scheduler's message says which is: ``node_unavailable`` (nodes NotReady, unreachable or
@@ -52,6 +54,8 @@ class WaitReason(StrEnum):
 
 GATED = "SchedulingGated"
 """The PodScheduled reason of a pod held by a scheduling gate (Kueue's admission gate)."""
+NOT_ADMITTED = "NotAdmitted"
+"""The reason given for a Kueue Workload its queue has not admitted."""
 CONSOLIDATION_TARGETS = 16
 """Nodes a consolidation plan is sought on, per pod: bounds the work of one verdict."""
 
@@ -131,7 +135,7 @@ class ClusterRoom:
 
     def _reason(self, pod: Waiting, total: int, most: int) -> WaitReason:
         message = pod.message or ""
-        if pod.reason == GATED:
+        if pod.reason in (GATED, NOT_ADMITTED):
             return WaitReason.NOT_ADMITTED
         if _QUOTA.search(message):
             return WaitReason.QUOTA

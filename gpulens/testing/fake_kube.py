@@ -62,8 +62,12 @@ KINDS = {
         Kind("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False),
         Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
         Kind("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False),
+        Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload"),
     )
 }
+VERBS = ["get", "list", "watch"]
+KUEUE = "kueue.x-k8s.io"
+"""A group served only by a fake made with ``kueue=True`` (its CRDs installed)."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,9 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 class FakeKube:
     """The fake API server; ``with FakeKube() as kube:`` serves on 127.0.0.1:<free port>."""
 
-    def __init__(self, *, gone_as: Literal["status", "event"] = "status") -> None:
+    def __init__(self, *, gone_as: Literal["status", "event"] = "status", kueue: bool = False) -> None:
         self.gone_as = gone_as
+        self.kueue = kueue
         self._cond = threading.Condition()
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in KINDS}
         self._history: list[_Change] = []
@@ -276,7 +281,7 @@ class FakeKube:
         if rest[:1] == ["namespaces"] and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         kind = KINDS.get(rest[0]) if rest else None
-        if kind is None or len(rest) > 2:
+        if kind is None or len(rest) > 2 or (kind.group == KUEUE and not self.kueue):
             return None
         return _Request(kind, namespace, rest[1] if len(rest) == 2 else None, query)
 
@@ -296,6 +301,29 @@ class FakeKube:
             return 503, _status(503, "ServiceUnavailable", message)
         return 200, copy.deepcopy(summary)
 
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        """The APIResourceList of ``/apis/{group}/{version}`` (``/api/v1``) where it serves kinds."""
+        parts = urlparse(path).path.strip("/").split("/")
+        if parts[:1] == ["api"] and len(parts) == 2:
+            group, version = "", parts[1]
+        elif parts[:1] == ["apis"] and len(parts) == 3:
+            group, version = parts[1], parts[2]
+        else:
+            return None
+        if group == KUEUE and not self.kueue:
+            return None
+        kinds = [k for k in KINDS.values() if (k.group, k.version) == (group, version)]
+        if not kinds:
+            return None
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": kinds[0].api_version,
+            "resources": [
+                {"name": k.plural, "kind": k.kind, "namespaced": k.namespaced, "verbs": VERBS} for k in kinds
+            ],
+        }
+
     def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         handler.close_connection = True
         request = self._parse(handler.path)
@@ -308,6 +336,9 @@ class FakeKube:
         proxied = self._proxied_summary(handler.path) if method == "GET" else None
         if proxied is not None:
             return self._reply(handler, *proxied)
+        discovery = self._discovery(handler.path) if method == "GET" else None
+        if discovery is not None:
+            return self._reply(handler, 200, discovery)
         if request is None:
             return self._reply(handler, 404, _status(404, "NotFound", f"no route for {handler.path}"))
         body = None

@@ -47,9 +47,14 @@ class ResourceKind:
         """A name unique across groups, as kubectl spells it: ``Deployment.apps``, ``Pod``."""
         return kind_key(self.group, self.kind)
 
+    @property
+    def group_path(self) -> str:
+        """The URL path of its group version's discovery document."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
     def path(self, namespace: str | None = None) -> str:
         """The collection URL path, cluster-wide or in ``namespace``."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        base = self.group_path
         scope = f"/namespaces/{namespace}" if namespace and self.namespaced else ""
         return f"{base}{scope}/{self.plural}"
 
@@ -76,6 +81,8 @@ BUILTIN_WORKLOADS: tuple[ResourceKind, ...] = (
     ResourceKind("batch", "v1", "jobs", "Job", Role.WORKLOAD),
     ResourceKind("batch", "v1", "cronjobs", "CronJob", Role.WORKLOAD),
 )
+KUEUE_WORKLOADS = ResourceKind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", Role.WORKLOAD)
+"""Kueue's queued workloads (one per Job it manages, owned by it): admitted or not, and why."""
 
 
 TOPICS: dict[type[Event], TopicSpec] = {

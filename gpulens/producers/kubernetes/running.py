@@ -22,6 +22,7 @@ from gpulens.producers.kubernetes.leading import LeaseElector
 from gpulens.producers.kubernetes.reconciling import PublishedState, Reconciler
 from gpulens.producers.kubernetes.resources import (
     CLAIMS,
+    KUEUE_WORKLOADS,
     NODES,
     PERSISTENT_VOLUMES,
     PODS,
@@ -35,7 +36,14 @@ from gpulens.producers.kubernetes.translating import Translator
 from gpulens.producers.kubernetes.usage import KEY as USAGE_KEY
 from gpulens.producers.kubernetes.usage import Measured, measure, poll
 from gpulens.producers.kubernetes.volumes import VolumeTranslator
-from gpulens.producers.kubernetes.watching import Backoff, Listed, WatchItem, infinite_watch, list_objects
+from gpulens.producers.kubernetes.watching import (
+    Backoff,
+    Listed,
+    WatchItem,
+    infinite_watch,
+    list_objects,
+    served,
+)
 from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.model.models import Event
 
@@ -103,6 +111,7 @@ class Watcher:
         """Restore, list every resource once, publish the differences, flush: ``watch --once``."""
         reconciler = self._reconciler()
         backoff = Backoff(self._settings, threading.Event())
+        self._discover(backoff)
         context = (CLAIMS, STORAGE_CLASSES) if self._volumes else ()
         for resource in (*self._workloads, *context, NODES, PODS):
             listed = list_objects(self._api, resource, settings=self._settings, backoff=backoff)
@@ -115,6 +124,16 @@ class Watcher:
             if listed is not None:
                 self._publish(reconciler.handle(listed))
         self._publisher.flush()
+
+    def _discover(self, backoff: Backoff) -> None:
+        """The workload kinds to watch: Kueue's Workloads too where configured, or served when
+        the setting is unset (an API server without Kueue answers 404 for them)."""
+        kueue = self._settings.kueue
+        if kueue is None:
+            kueue = served(self._api, KUEUE_WORKLOADS, backoff=backoff)
+            log.info("Kueue's Workloads %s", "are served: watching them" if kueue else "are not served")
+        kinds = workload_kinds(self._settings)
+        self._workloads = (*kinds, KUEUE_WORKLOADS) if kueue else kinds
 
     def _reconciler(self) -> Reconciler:
         return Reconciler(self._translator, self._restore(), clock=_now, volumes=self._volumes)
@@ -140,6 +159,7 @@ class Watcher:
                 return
 
     def _session(self, stop: threading.Event, active: Callable[[], bool]) -> None:
+        self._discover(Backoff(self._settings, stop))
         reconciler = self._reconciler()
         items: _Items = queue.Queue(maxsize=10_000)
         ending = threading.Event()

@@ -89,6 +89,11 @@ class WatcherSettings(BaseModel):
     backoff_jitter: float = Field(
         default=0.2, ge=0, le=1, description="Each delay is stretched by a random fraction up to this."
     )
+    kueue: bool | None = Field(
+        default=None,
+        description="Watch Kueue's Workloads (kueue.x-k8s.io/v1beta1): whether each queued workload is "
+        "admitted, and why not. None: when the API server serves them.",
+    )
     storage: bool = Field(
         default=True,
         description="Also watch PersistentVolumes, their claims and StorageClasses (StorageEvent).",

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from gpulens.producers.kubernetes._types import RawObject
 from gpulens.producers.kubernetes.gpus import GpuCatalog
 from gpulens.producers.kubernetes.quantities import milli, whole
-from gpulens.producers.kubernetes.resources import ResourceKind
+from gpulens.producers.kubernetes.resources import KUEUE_WORKLOADS, ResourceKind
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
     Address,
@@ -248,6 +248,7 @@ class Translator:
             labels=meta.get("labels") or {},
             creation_time=parse_time(meta.get("creationTimestamp")),
             resource_version=meta.get("resourceVersion"),
+            **(_admission(obj) if resource.key == KUEUE_WORKLOADS.key else {}),
         )
         return as_deleted(event, at=at) if change is ChangeType.DELETED else event
 
@@ -283,6 +284,8 @@ def _templates(obj: RawObject, kind: str) -> Iterator[tuple[int, Mapping[str, An
         else:
             replicas = spec.get("parallelism", spec.get("replicas", 1))
         yield replicas, spec["template"] or {}
+    for pod_set in spec.get("podSets") or ():  # Kueue's Workload
+        yield pod_set.get("count", 1), pod_set.get("template") or {}
     for key, replica_specs in spec.items():
         if key.endswith("ReplicaSpecs") and isinstance(replica_specs, Mapping):
             for replica_spec in replica_specs.values():
@@ -290,15 +293,35 @@ def _templates(obj: RawObject, kind: str) -> Iterator[tuple[int, Mapping[str, An
 
 
 def _workload_status(obj: RawObject) -> WorkloadStatus:
-    """Done or Failed from a True Complete/Succeeded/Failed condition (Jobs, kubeflow); else Running."""
+    """Done or Failed from a True Complete/Succeeded/Failed condition (Jobs, kubeflow) or
+    Kueue's Finished (its reason says which); else Running."""
     for condition in (obj.get("status") or {}).get("conditions") or ():
         if condition.get("status") != "True":
             continue
-        if condition.get("type") in _DONE_CONDITIONS:
+        kind = condition.get("type")
+        if kind == "Finished":
+            kind = "Failed" if condition.get("reason") == "Failed" else "Succeeded"
+        if kind in _DONE_CONDITIONS:
             return WorkloadStatus.DONE
-        if condition.get("type") == "Failed":
+        if kind == "Failed":
             return WorkloadStatus.FAILED
     return WorkloadStatus.RUNNING
+
+
+def _admission(obj: RawObject) -> dict[str, Any]:
+    """A Kueue Workload's ``admitted`` (a True Admitted condition) and, when it is not, the
+    message of its first False QuotaReserved or Admitted condition, or of a True Evicted one
+    (Kueue's words: "couldn't assign flavors to pod set main: insufficient quota ...")."""
+    conditions = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or ()}
+    admitted = (conditions.get("Admitted") or {}).get("status") == "True"
+    message = None
+    if not admitted:
+        for kind, status in (("QuotaReserved", "False"), ("Admitted", "False"), ("Evicted", "True")):
+            condition = conditions.get(kind) or {}
+            if condition.get("status") == status and condition.get("message"):
+                message = condition["message"]
+                break
+    return {"admitted": admitted, "admission_message": message}
 
 
 def _termination(statuses: Iterable[Mapping[str, Any]]) -> datetime | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gpulens.producers.kubernetes._types import RawObject
 from gpulens.producers.kubernetes.api import KubeApi, status_error
-from gpulens.producers.kubernetes.exceptions import ResourceExpiredError, TemporaryApiError
+from gpulens.producers.kubernetes.exceptions import NotFoundError, ResourceExpiredError, TemporaryApiError
 from gpulens.producers.kubernetes.resources import ResourceKind
 from gpulens.producers.kubernetes.settings import WatcherSettings
 from gpulens.schemas.model.models import ChangeType
@@ -89,6 +89,22 @@ def list_objects(
             continue
         backoff.reset()
         return Listed(resource, answer.get("items") or [], answer["metadata"]["resourceVersion"])
+
+
+def served(api: KubeApi, resource: ResourceKind, *, backoff: Backoff) -> bool:
+    """Whether the API server serves ``resource`` (its group version's discovery document names
+    it); False when stopped while retrying."""
+    while True:
+        try:
+            answer = api.request("GET", resource.group_path)
+        except NotFoundError:
+            return False
+        except TemporaryApiError as err:
+            if backoff.wait(err):
+                return False
+            continue
+        backoff.reset()
+        return any(r.get("name") == resource.plural for r in answer.get("resources") or ())
 
 
 def continuous_watch(

@@ -278,6 +278,13 @@ class WorkloadEvent(Event):
     labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
     creation_time: Timestamp | None = Field(default=None, description="metadata.creationTimestamp.")
     resource_version: str | None = Field(default=None, description="Kubernetes resourceVersion seen.")
+    admitted: bool | None = Field(
+        default=None,
+        description="A queued workload (Kueue's Workload): admitted or not; None for every other kind.",
+    )
+    admission_message: str | None = Field(
+        default=None, description="Why a queued workload is not admitted, in its queue's words."
+    )
 
 
 # --- devices on a node -----------------------------------------------------------------------
