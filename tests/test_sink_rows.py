@@ -170,9 +170,10 @@ def test_every_record_type_lands_in_its_tables_with_its_values(sink, unique) -> 
         "SELECT gpu_index, utilization_pct, temperature_edge_c, energy_joules, event_time FROM gpu_samples "
         "FINAL WHERE cluster = {c:String} ORDER BY gpu_index"
     ) == [(0, 97.0, None, 15_811_204.2, stored_at), (1, 96.0, None, 15_811_204.2, stored_at)]
-    assert rows("SELECT length(devices), type FROM containers FINAL WHERE cluster = {c:String}") == [
-        (3, "ADDED")
-    ]
+    assert rows(
+        "SELECT length(devices), type, state, exit_code, oom_killed FROM containers FINAL "
+        "WHERE cluster = {c:String}"
+    ) == [(3, "ADDED", "RUNNING", None, False)]
     assert rows(
         "SELECT kind, count() FROM container_devices FINAL WHERE cluster = {c:String} "
         "GROUP BY kind ORDER BY kind"

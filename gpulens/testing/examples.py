@@ -14,6 +14,7 @@ from gpulens.schemas.model.models import (
     Address,
     ChangeType,
     ContainerEvent,
+    ContainerRuntimeState,
     ContainerState,
     DeviceAssignment,
     DeviceInventory,
@@ -227,6 +228,7 @@ def example_events(
             pod_name="llama-70b-sft-worker-0",
             container_name="pytorch",
             container_id="containerd://9b1f0c2d",
+            state=ContainerRuntimeState.RUNNING,
             devices=[
                 *(
                     DeviceAssignment(resource_name="amd.com/gpu", device_id=g.bdf or "", kind=DeviceKind.GPU)

@@ -99,6 +99,8 @@ CONTAINERS = Layout(
     *("cluster", "node", "pod_namespace", "pod_name", "container_name", "pod_uid", "container_id"),
     ("type", "type.value"),
     ("devices", lambda c: [(d.resource_name, d.device_id, d.kind.value) for d in c.devices]),
+    ("state", lambda c: c.state.value if c.state is not None else None),
+    *("exit_code", "exited_at", "oom_killed"),
     *EVENT,
 )
 CONTAINER_DEVICES = Layout(
