@@ -1,0 +1,120 @@
+"""One reclaim run: read the usage, judge every opted-in workload, act (only when applying),
+and publish every decision on gpulens.reclaim.audit.v1.
+
+Safety comes first: nothing is changed unless ``apply`` is set; only objects the API server
+lists under the policy's selector are candidates; usage whose newest window ended more than
+``max_age_s`` ago (a stopped pipeline) decides nothing; a failed request is audited as FAILED
+and the run goes on to the next workload. Idle workloads that did not opt in are audited as
+SKIPPED (``not-opted-in``), so the trail shows what a wider policy would have touched.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from gpulens.producers.kubernetes.api import KubeApi
+from gpulens.producers.kubernetes.exceptions import KubernetesApiError
+from gpulens.producers.publishing import BasePublisher
+from gpulens.producers.reclaim.acting import Workload, act, opted_in, services_of, targets
+from gpulens.producers.reclaim.judging import NO_USAGE, Judgement, judge, newest_end
+from gpulens.producers.reclaim.policy import Action, Policy
+from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.models import ReclaimDecision, ReclaimVerdict, WorkloadGpuUsage
+from gpulens.schemas.model.topics import RECLAIM_AUDIT
+
+SOURCE = "gpulens-reclaim"
+STALE, NOT_OPTED_IN = "stale-usage", "not-opted-in"
+UsageReader = Callable[[datetime], list[WorkloadGpuUsage]]
+"""The cluster's workload usage rows produced since a wall time (:func:`~.reading.read_usage`)."""
+
+
+def reclaim(
+    api: KubeApi, policy: Policy, read: UsageReader, publisher: BasePublisher, *, apply: bool = False
+) -> list[ReclaimDecision]:
+    """Run ``policy`` once; every decision, as published (flushed before returning)."""
+    now = datetime.now(UTC)
+    idle = policy.idle
+    rows = read(now - timedelta(seconds=idle.max_age_s + idle.checks * idle.interval_s))
+    usage: dict[str, list[WorkloadGpuUsage]] = defaultdict(list)
+    for row in rows:
+        usage[row.workload_uid].append(row)
+    end = newest_end(rows)
+    fresh = end is not None and end >= now - timedelta(seconds=idle.max_age_s)
+    run = _Run(policy, now, uuid.uuid4().hex, dry_run=not apply)
+    decisions = []
+    candidates = opted_in(api, policy)
+    for workload in candidates:
+        if end is None or not fresh:
+            decisions.append(run.decide(workload, ReclaimVerdict.SKIPPED, STALE if end else NO_USAGE))
+            continue
+        judged = judge(usage.get(workload.uid, []), idle, end)
+        if not judged.idle:
+            decisions.append(run.decide(workload, ReclaimVerdict.SKIPPED, judged.reason, judged, end))
+            continue
+        services = services_of(api, workload) if policy.action is Action.DELETE else []
+        changed = targets(policy.action, workload, services)
+        if not apply:
+            decisions.append(
+                run.decide(workload, ReclaimVerdict.WOULD_ACT, judged.reason, judged, end, changed)
+            )
+            continue
+        try:
+            act(api, policy, workload, services, idle_until=end)
+        except KubernetesApiError as err:
+            decisions.append(run.decide(workload, ReclaimVerdict.FAILED, str(err), judged, end, changed))
+        else:
+            decisions.append(run.decide(workload, ReclaimVerdict.ACTED, judged.reason, judged, end, changed))
+    if end is not None and fresh:
+        chosen = {workload.uid for workload in candidates}
+        for uid, windows in usage.items():
+            judged = judge(windows, idle, end)
+            if uid not in chosen and judged.idle:
+                newest = max(windows, key=lambda row: row.window_start)
+                other = Workload(uid, newest.workload_kind, newest.workload_name, newest.namespace, {})
+                decisions.append(run.decide(other, ReclaimVerdict.SKIPPED, NOT_OPTED_IN, judged, end))
+    for decision in decisions:
+        publisher.publish(RECLAIM_AUDIT, decision)
+    publisher.flush()
+    return decisions
+
+
+class _Run:
+    """What every decision of one run shares."""
+
+    def __init__(self, policy: Policy, now: datetime, run_id: str, *, dry_run: bool) -> None:
+        self.policy, self.now, self.run_id, self.dry_run = policy, now, run_id, dry_run
+
+    def decide(
+        self,
+        workload: Workload,
+        verdict: ReclaimVerdict,
+        reason: str,
+        judged: Judgement | None = None,
+        end: datetime | None = None,
+        changed: list[str] | None = None,
+    ) -> ReclaimDecision:
+        acting = verdict is not ReclaimVerdict.SKIPPED
+        return ReclaimDecision(
+            event_id=event_id(self.policy.cluster, SOURCE, self.run_id, workload.uid),
+            cluster=self.policy.cluster,
+            event_time=self.now,
+            source=SOURCE,
+            run_id=self.run_id,
+            policy=self.policy.name,
+            dry_run=self.dry_run,
+            verdict=verdict,
+            reason=reason,
+            action=self.policy.action.value if acting else None,
+            workload_uid=workload.uid,
+            workload_kind=workload.kind,
+            workload_name=workload.name,
+            namespace=workload.namespace,
+            targets=changed or [],
+            checks=self.policy.idle.checks,
+            idle_checks=judged.idle_checks if judged else 0,
+            utilization_max=judged.utilization_max if judged else None,
+            idle_until=end,
+        )
