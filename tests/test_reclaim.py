@@ -4,8 +4,8 @@ The GPU utilization of every workload comes from the GenAI duty-cycle trace (one
 real series, cut into segments that the test labels idle or busy straight from the CSV); it is
 published as workload_gpu_usage windows ending now, one check per window. Each test has its
 own cluster name, so it reads back only its own audit records. What the fake API server was
-asked to change (``kube.writes``) is the proof of what reclaim did; every request it made is
-checked against the ClusterRole in deploy/k8s/reclaim-rbac.yaml.
+asked to change (``kube.writes``) is the proof of what reclaim did; the fake grants exactly
+what the ClusterRole in deploy/k8s/reclaim-rbac.yaml grants, and forbids the rest.
 """
 
 from __future__ import annotations
@@ -61,6 +61,23 @@ IDLE = _segment(SERIES, lambda s: max(s) < BELOW and max(s) > 0)
 """Under the threshold at every check (and not all zeros)."""
 BUSY = _segment(SERIES, lambda s: s[0] >= BELOW and max(s[1:]) < BELOW)
 """Idle at the 4 newest checks, busy at the oldest: one check short of idle."""
+DARK: list[float | None] = [None] * CHECKS
+"""GPUs held but never sampled."""
+
+
+def _grants() -> frozenset[tuple[str, str, str]]:
+    """(API group, resource, verb) the reclaim ClusterRole grants."""
+    (role,) = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole"]
+    return frozenset(
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    )
+
+
+GRANTS = _grants()
 
 
 # --- the cluster -------------------------------------------------------------------------------
@@ -93,6 +110,7 @@ def service(name: str, selector: dict[str, str], *, namespace: str = SANDBOX) ->
 WORKLOADS = [
     ("deployments", workload("idle-serve", labels=OPT_IN), IDLE),
     ("deployments", workload("busy-serve", labels=OPT_IN), BUSY),
+    ("deployments", workload("dark-serve", labels=OPT_IN), DARK),
     ("deployments", workload("idle-other"), IDLE),  # not labelled
     ("deployments", workload("idle-elsewhere", labels=OPT_IN, namespace="team-b"), IDLE),  # not in SANDBOX
     ("statefulsets", workload("idle-db", labels=OPT_IN), IDLE),
@@ -139,7 +157,7 @@ class Scenario:
                     gpus_allocated_end=1.0,
                     utilization_avg=value,
                     utilization_max=value,
-                    samples=1,
+                    samples=0 if value is None else 1,
                     pods_active_end=1,
                 )
                 self.producer.produce(
@@ -151,8 +169,9 @@ class Scenario:
 
 
 @pytest.fixture
-def kube() -> Any:
-    with FakeKube() as fake:
+def kube(request: pytest.FixtureRequest) -> Any:
+    """The fake API server, granting what the reclaim ClusterRole grants (or ``param``)."""
+    with FakeKube(allow=getattr(request, "param", GRANTS)) as fake:
         yield fake
 
 
@@ -196,11 +215,11 @@ def write_policy(tmp_path: Path, cluster: str, action: str) -> Path:
     return path
 
 
-def reclaim(config_file: Path, kubeconfig: Path, *args: str) -> str:
+def reclaim(config_file: Path, kubeconfig: Path, *args: str, exit_code: int = 0) -> str:
     result = CliRunner().invoke(
         cli, ["--config", str(config_file), "reclaim", *args, "--kubeconfig", str(kubeconfig)]
     )
-    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert result.exit_code == exit_code, result.output + repr(result.exception)
     return result.output
 
 
@@ -244,25 +263,14 @@ def expected(action: str, acted: ReclaimVerdict) -> dict[str, tuple[ReclaimVerdi
         meta = obj["metadata"]
         opted = meta["namespace"] == SANDBOX and OPT_IN.items() <= meta["labels"].items()
         opted = opted and KIND[plural] in kinds[action]
-        idle = max(values) < BELOW
+        measured = None not in values
+        idle = measured and max(values) < BELOW
         if opted:
-            out[meta["name"]] = (acted, "idle") if idle else (ReclaimVerdict.SKIPPED, "busy")
+            why = "busy" if measured else "unmeasured"
+            out[meta["name"]] = (acted, "idle") if idle else (ReclaimVerdict.SKIPPED, why)
         elif idle:
             out[meta["name"]] = (ReclaimVerdict.SKIPPED, "not-opted-in")
     return out
-
-
-def allowed_by_rbac(access: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    """The requests the reclaim ClusterRole does not allow (empty: all allowed)."""
-    (role,) = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole"]
-    granted = {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    return [a for a in access if a not in granted]
 
 
 # --- tests -------------------------------------------------------------------------------------
@@ -287,11 +295,9 @@ def test_a_dry_run_changes_nothing_and_audits_every_decision(
     (decisions,) = audit(platform, codec, scenario.cluster).values()
     assert verdicts(decisions) == expected(action, ReclaimVerdict.WOULD_ACT)
     assert all(d.dry_run and d.policy == f"sandbox-{action}" for d in decisions)
+    seen = {"busy": (max(BUSY), CHECKS - 1), "unmeasured": (None, 0)}
     for d in decisions:
-        values = IDLE if d.reason != "busy" else BUSY
-        assert d.utilization_max == max(values)
-        assert d.idle_checks == (CHECKS if d.reason != "busy" else CHECKS - 1)
-    assert allowed_by_rbac(kube.access) == []
+        assert (d.utilization_max, d.idle_checks) == seen.get(d.reason, (max(IDLE), CHECKS))
 
 
 def test_scale_to_zero_patches_only_the_idle_opted_in_workloads(
@@ -316,6 +322,7 @@ def test_scale_to_zero_patches_only_the_idle_opted_in_workloads(
         ]
     }
     assert replicas == {"idle-serve": 0, "idle-db": 0, "busy-serve": 2, "idle-other": 2, "idle-elsewhere": 2}
+    assert kube.get("deployments", "dark-serve", namespace=SANDBOX)["spec"]["replicas"] == 2
     (decisions,) = audit(platform, codec, scenario.cluster).values()
     assert verdicts(decisions) == expected("scale-to-zero", ReclaimVerdict.ACTED)
     acted = {d.workload_name: d.targets for d in decisions if d.verdict is ReclaimVerdict.ACTED}
@@ -327,7 +334,24 @@ def test_scale_to_zero_patches_only_the_idle_opted_in_workloads(
         scenario.uids["idle-serve"],
         scenario.uids["idle-db"],
     }
-    assert allowed_by_rbac(kube.access) == []
+
+
+@pytest.mark.parametrize("kube", [GRANTS - {("apps", "statefulsets/scale", "patch")}], indirect=True)
+def test_a_refused_action_is_audited_as_failed_and_the_run_goes_on(
+    scenario, kube, kubeconfig, config_file, platform, codec, tmp_path
+) -> None:
+    scenario.publish_usage(now_window())
+    policy = write_policy(tmp_path, scenario.cluster, "scale-to-zero")
+    output = reclaim(config_file, kubeconfig, "run", "--policy", str(policy), "--apply", exit_code=1)
+    assert "FAILED    StatefulSet/ml-sandbox/idle-db: PATCH" in output
+    assert [(w.plural, w.name) for w in kube.writes] == [("deployments", "idle-serve")]
+    (decisions,) = audit(platform, codec, scenario.cluster).values()
+    failed = {d.workload_name: d.reason for d in decisions if d.verdict is ReclaimVerdict.FAILED}
+    assert list(failed) == ["idle-db"]
+    assert '403: statefulsets.apps "idle-db" is forbidden' in failed["idle-db"]
+    assert verdicts(decisions) == expected("scale-to-zero", ReclaimVerdict.ACTED) | {
+        "idle-db": (ReclaimVerdict.FAILED, failed["idle-db"])
+    }
 
 
 def test_delete_removes_only_the_idle_opted_in_job_and_its_service(
@@ -348,7 +372,6 @@ def test_delete_removes_only_the_idle_opted_in_job_and_its_service(
     (deleted,) = [d for d in decisions if d.verdict is ReclaimVerdict.ACTED]
     assert deleted.targets == [f"Job/{SANDBOX}/idle-train", f"Service/{SANDBOX}/idle-train-svc"]
     assert deleted.action == "delete" and not deleted.dry_run
-    assert allowed_by_rbac(kube.access) == []
 
 
 def test_annotate_marks_only_the_idle_opted_in_workloads(
@@ -392,7 +415,7 @@ def test_stale_usage_decides_nothing_even_when_applying(
     assert kube.writes == []
     (decisions,) = audit(platform, codec, scenario.cluster).values()
     assert {d.workload_name: d.reason for d in decisions} == {
-        name: "stale-usage" for name in ("idle-serve", "busy-serve", "idle-db")
+        name: "stale-usage" for name in ("idle-serve", "busy-serve", "dark-serve", "idle-db")
     }
 
 
@@ -429,7 +452,6 @@ def test_orphans_lists_what_was_left_behind(kube, kubeconfig, config_file) -> No
     ]
     assert "ttlSecondsAfterFinished 3600 passed" in found[0]["reason"]
     assert kube.writes == []
-    assert allowed_by_rbac(kube.access) == []
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ the maps and scalars the tests change; any other type 415), also on the ``scale`
 subresource of Deployments and StatefulSets (an ``autoscaling/v1`` Scale); DELETE (a Status
 ``Success``). Every PATCH, PUT, POST and DELETE answered is kept in :attr:`FakeKube.writes`,
 and every request as the RBAC authorizer sees it (API group, resource or ``resource/sub``,
-verb) in :attr:`FakeKube.access`.
+verb) in :attr:`FakeKube.access`; given ``allow`` (such triples, as a ClusterRole grants them),
+any other request is answered 403 Forbidden, as kube-apiserver answers a service account.
 One global resourceVersion counter for every object, as etcd's revision. Tests change the
 state through the Python API (:meth:`FakeKube.create`, :meth:`~FakeKube.update`,
 :meth:`~FakeKube.delete`), never by touching the code under test.
@@ -26,7 +27,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -157,8 +158,14 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 class FakeKube:
     """The fake API server; ``with FakeKube() as kube:`` serves on 127.0.0.1:<free port>."""
 
-    def __init__(self, *, gone_as: Literal["status", "event"] = "status") -> None:
+    def __init__(
+        self,
+        *,
+        gone_as: Literal["status", "event"] = "status",
+        allow: Iterable[tuple[str, str, str]] | None = None,
+    ) -> None:
         self.gone_as = gone_as
+        self.allow = None if allow is None else frozenset(allow)
         self._cond = threading.Condition()
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in KINDS}
         self._history: list[_Change] = []
@@ -354,6 +361,14 @@ class FakeKube:
             return self._reply(handler, 503, _status(503, "ServiceUnavailable", "the fake is down"))
         if request is None:
             return self._reply(handler, 404, _status(404, "NotFound", f"no route for {handler.path}"))
+        group, resource, verb = _access(method, request)
+        if self.allow is not None and (group, resource, verb) not in self.allow:
+            what = f'{request.kind.plural}{"." + group if group else ""} "{request.name or ""}"'
+            message = (
+                f'{what} is forbidden: User "system:serviceaccount:test" cannot {verb} resource '
+                f'"{resource}" in API group "{group}" in the namespace "{request.namespace or ""}"'
+            )
+            return self._reply(handler, 403, _status(403, "Forbidden", message))
         length = int(handler.headers.get("Content-Length") or 0)
         body = json.loads(handler.rfile.read(length)) if length else None
         if method in ("POST", "PUT", "PATCH") and not isinstance(body, dict):
@@ -471,6 +486,7 @@ class FakeKube:
             return self._reply(handler, 410, gone)
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
+        handler.send_header("Connection", "close")  # each connection serves one request
         handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
         if expired:
@@ -533,6 +549,7 @@ class FakeKube:
         data = json.dumps(body).encode()
         handler.send_response(code)
         handler.send_header("Content-Type", "application/json")
+        handler.send_header("Connection", "close")  # each connection serves one request
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
