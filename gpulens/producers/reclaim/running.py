@@ -34,7 +34,12 @@ UsageReader = Callable[[datetime], list[WorkloadGpuUsage]]
 def reclaim(
     api: KubeApi, policy: Policy, read: UsageReader, publisher: BasePublisher, *, apply: bool = False
 ) -> list[ReclaimDecision]:
-    """Run ``policy`` once; every decision, as published (flushed before returning)."""
+    """Run ``policy`` once; every decision, as published.
+
+    Each decision is published as it is made, and an action's is acknowledged by the broker
+    before the next workload is looked at: a run that dies leaves at most its last action
+    unaudited.
+    """
     now = datetime.now(UTC)
     idle = policy.idle
     rows = read(now - timedelta(seconds=idle.max_age_s + idle.checks * idle.interval_s))
@@ -43,30 +48,28 @@ def reclaim(
         usage[row.workload_uid].append(row)
     end = newest_end(rows)
     fresh = end is not None and end >= now - timedelta(seconds=idle.max_age_s)
-    run = _Run(policy, now, uuid.uuid4().hex, dry_run=not apply)
-    decisions = []
+    run = _Run(policy, publisher, now, uuid.uuid4().hex, dry_run=not apply)
     candidates = opted_in(api, policy)
     for workload in candidates:
         if end is None or not fresh:
-            decisions.append(run.decide(workload, ReclaimVerdict.SKIPPED, STALE if end else NO_USAGE))
+            run.decide(workload, ReclaimVerdict.SKIPPED, STALE if end else NO_USAGE)
             continue
         judged = judge(usage.get(workload.uid, []), idle, end)
         if not judged.idle:
-            decisions.append(run.decide(workload, ReclaimVerdict.SKIPPED, judged.reason, judged, end))
+            run.decide(workload, ReclaimVerdict.SKIPPED, judged.reason, judged, end)
             continue
         services = services_of(api, workload) if policy.action is Action.DELETE else []
         changed = targets(policy.action, workload, services)
         if not apply:
-            decisions.append(
-                run.decide(workload, ReclaimVerdict.WOULD_ACT, judged.reason, judged, end, changed)
-            )
+            run.decide(workload, ReclaimVerdict.WOULD_ACT, judged.reason, judged, end, changed)
             continue
         try:
             act(api, policy, workload, services, idle_until=end)
         except KubernetesApiError as err:
-            decisions.append(run.decide(workload, ReclaimVerdict.FAILED, str(err), judged, end, changed))
+            run.decide(workload, ReclaimVerdict.FAILED, str(err), judged, end, changed)
         else:
-            decisions.append(run.decide(workload, ReclaimVerdict.ACTED, judged.reason, judged, end, changed))
+            run.decide(workload, ReclaimVerdict.ACTED, judged.reason, judged, end, changed)
+        publisher.flush()
     if end is not None and fresh:
         chosen = {workload.uid for workload in candidates}
         for uid, windows in usage.items():
@@ -74,18 +77,25 @@ def reclaim(
             if uid not in chosen and judged.idle:
                 newest = max(windows, key=lambda row: row.window_start)
                 other = Workload(uid, newest.workload_kind, newest.workload_name, newest.namespace, {})
-                decisions.append(run.decide(other, ReclaimVerdict.SKIPPED, NOT_OPTED_IN, judged, end))
-    for decision in decisions:
-        publisher.publish(RECLAIM_AUDIT, decision)
+                run.decide(other, ReclaimVerdict.SKIPPED, NOT_OPTED_IN, judged, end)
     publisher.flush()
-    return decisions
+    return run.decisions
 
 
 class _Run:
-    """What every decision of one run shares."""
+    """What every decision of one run shares, and the decisions made so far."""
 
-    def __init__(self, policy: Policy, now: datetime, run_id: str, *, dry_run: bool) -> None:
-        self.policy, self.now, self.run_id, self.dry_run = policy, now, run_id, dry_run
+    def __init__(
+        self, policy: Policy, publisher: BasePublisher, now: datetime, run_id: str, *, dry_run: bool
+    ) -> None:
+        self.policy, self.publisher, self.now, self.run_id, self.dry_run = (
+            policy,
+            publisher,
+            now,
+            run_id,
+            dry_run,
+        )
+        self.decisions: list[ReclaimDecision] = []
 
     def decide(
         self,
@@ -95,9 +105,10 @@ class _Run:
         judged: Judgement | None = None,
         end: datetime | None = None,
         changed: list[str] | None = None,
-    ) -> ReclaimDecision:
+    ) -> None:
+        """Record one decision and queue it on the audit topic."""
         acting = verdict is not ReclaimVerdict.SKIPPED
-        return ReclaimDecision(
+        decision = ReclaimDecision(
             event_id=event_id(self.policy.cluster, SOURCE, self.run_id, workload.uid),
             cluster=self.policy.cluster,
             event_time=self.now,
@@ -118,3 +129,5 @@ class _Run:
             utilization_max=judged.utilization_max if judged else None,
             idle_until=end,
         )
+        self.publisher.publish(RECLAIM_AUDIT, decision)
+        self.decisions.append(decision)
