@@ -98,7 +98,9 @@ def workload(name: str, *, labels: dict[str, str] | None = None, namespace: str 
 def job(name: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": SANDBOX, "labels": labels or {}},
-        "spec": {"template": {"metadata": {"labels": {"job-name": name}}, "spec": {"containers": []}}},
+        "spec": {
+            "template": {"metadata": {"labels": {"job-name": name, "team": "ml"}}, "spec": {"containers": []}}
+        },
     }
 
 
@@ -121,6 +123,7 @@ SERVICES = [
     service("idle-train-svc", {"job-name": "idle-train"}),
     service("busy-train-svc", {"job-name": "busy-train"}),
     service("web", {"app": "web"}),
+    service("team-ml", {"team": "ml"}),  # selects idle-train's pod, and a notebook: shared
 ]
 KIND = {"deployments": "Deployment", "statefulsets": "StatefulSet", "jobs": "Job"}
 
@@ -130,11 +133,13 @@ class Scenario:
 
     def __init__(self, kube: FakeKube, kafka_producer: Producer, codec: AvroCodec, cluster: str) -> None:
         self.kube, self.cluster = kube, cluster
-        self.uids: dict[str, str] = {}
-        for plural, obj, _ in WORKLOADS:
-            self.uids[obj["metadata"]["name"]] = kube.create(plural, obj)["metadata"]["uid"]
+        created = {obj["metadata"]["name"]: kube.create(plural, obj) for plural, obj, _ in WORKLOADS}
+        self.uids = {name: obj["metadata"]["uid"] for name, obj in created.items()}
         for svc in SERVICES:
             kube.create("services", svc)
+        labels = {"job-name": "idle-train", "team": "ml"}
+        kube.create("pods", _pod("idle-train-0", labels, "Running", owner=created["idle-train"]))
+        kube.create("pods", _pod("notebook", {"team": "ml"}, "Running"))
         self.producer, self.codec = kafka_producer, codec
 
     def publish_usage(self, end: datetime) -> None:
@@ -366,7 +371,7 @@ def test_delete_removes_only_the_idle_opted_in_job_and_its_service(
         Write("DELETE", "services", SANDBOX, "idle-train-svc", None, None),
     ]
     left = {o["metadata"]["name"] for plural in ("jobs", "services") for o in _list(kube, plural)}
-    assert left == {"busy-train", "busy-train-svc", "web"}
+    assert left == {"busy-train", "busy-train-svc", "web", "team-ml"}
     (decisions,) = audit(platform, codec, scenario.cluster).values()
     assert verdicts(decisions) == expected("delete", ReclaimVerdict.ACTED)
     (deleted,) = [d for d in decisions if d.verdict is ReclaimVerdict.ACTED]
@@ -507,8 +512,8 @@ def _pod(
         meta = owner["metadata"]
         refs = [
             {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
                 "name": meta["name"],
                 "uid": meta["uid"],
                 "controller": True,

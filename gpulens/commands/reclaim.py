@@ -47,7 +47,7 @@ def run(context: Context, policy_file: Path, apply: bool, kubeconfig: Path | Non
     Usage: gpulens.agg.workload-gpu-usage.v1 (the worker's `workloads` processor). Idle: the
     GPUs' highest utilization under the threshold at every one of `checks` checks
     `interval_s` apart, in event time. Actions: annotate; scale-to-zero (Deployments,
-    StatefulSets); delete (a Job and the Services selecting its pods).
+    StatefulSets); delete (a Job and the Services serving only its pods).
     Every decision is a ReclaimDecision on gpulens.reclaim.audit.v1. Exit 1 if an action failed.
     """
     from gpulens.producers.kubernetes import KubeApi, load_configuration

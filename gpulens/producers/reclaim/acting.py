@@ -23,6 +23,7 @@ _COLLECTIONS = {
     "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets",
     "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
     "Service": "/api/v1/namespaces/{ns}/services",
+    "Pod": "/api/v1/namespaces/{ns}/pods",
 }
 
 
@@ -64,14 +65,26 @@ def opted_in(api: KubeApi, policy: Policy) -> list[Workload]:
 
 
 def services_of(api: KubeApi, workload: Workload) -> list[str]:
-    """Names of the Services in its namespace whose (non-empty) selector its pods match."""
-    listed = api.request("GET", _COLLECTIONS["Service"].format(ns=workload.namespace))
+    """Names of the Services in its namespace that serve it alone: a (non-empty) selector its
+    pods match, and no pod of another owner among the pods it selects now (a Service shared
+    with another workload is never deleted with this one)."""
+    services = api.request("GET", _COLLECTIONS["Service"].format(ns=workload.namespace)).get("items") or []
+    pods = api.request("GET", _COLLECTIONS["Pod"].format(ns=workload.namespace)).get("items") or []
     names = []
-    for service in listed.get("items") or []:
+    for service in services:
         selector: dict[str, str] = (service.get("spec") or {}).get("selector") or {}
-        if selector and selector.items() <= workload.pod_labels.items():
+        if not selector or not selector.items() <= workload.pod_labels.items():
+            continue
+        selected = [p for p in pods if selector.items() <= (p["metadata"].get("labels") or {}).items()]
+        if all(_controller(pod) == workload.uid for pod in selected):
             names.append(service["metadata"]["name"])
     return sorted(names)
+
+
+def _controller(pod: RawObject) -> str | None:
+    """The uid of the pod's controlling owner."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return next((o.get("uid") for o in owners if o.get("controller")), None)
 
 
 def targets(action: Action, workload: Workload, services: list[str]) -> list[str]:

@@ -36,7 +36,7 @@ class Action(StrEnum):
     SCALE_TO_ZERO = "scale-to-zero"
     """Deployments and StatefulSets: replicas 0 through the scale subresource."""
     DELETE = "delete"
-    """Jobs: delete the Job (its pods in the background) and the Services selecting its pods."""
+    """Jobs: delete the Job (its pods in the background) and the Services serving only its pods."""
 
 
 KINDS_OF: dict[Action, tuple[str, ...]] = {
