@@ -99,7 +99,7 @@ def _ownerless_pending(api: KubeApi, pods: list[RawObject]) -> list[Orphan]:
         if (pod.get("status") or {}).get("phase") != "Pending":
             continue
         for owner in meta.get("ownerReferences") or []:
-            if not owner.get("controller"):
+            if not owner.get("controller") or owner["kind"] == "Node":  # a static pod's mirror
                 continue
             key = (owner["apiVersion"], owner["kind"], meta["namespace"], owner["name"])
             if key not in exists:
