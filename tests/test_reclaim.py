@@ -212,12 +212,14 @@ def now_window() -> datetime:
     return now.replace(second=now.second // WINDOW_S * WINDOW_S, microsecond=0)
 
 
-def write_policy(tmp_path: Path, cluster: str, action: str) -> Path:
+def write_policy(
+    tmp_path: Path, cluster: str, action: str, *, interval_s: float = WINDOW_S, more: str = ""
+) -> Path:
     path = tmp_path / f"{action}.toml"
     path.write_text(
         f'name = "sandbox-{action}"\ncluster = "{cluster}"\nnamespaces = ["{SANDBOX}"]\n'
         f'match_labels = {{ "gpulens.io/reclaim" = "enabled" }}\naction = "{action}"\n'
-        f"[idle]\nchecks = {CHECKS}\ninterval_s = {WINDOW_S}\ngpu_utilization_below = {BELOW}\n"
+        f"[idle]\nchecks = {CHECKS}\ninterval_s = {interval_s}\ngpu_utilization_below = {BELOW}\n{more}"
     )
     return path
 
@@ -420,6 +422,53 @@ def test_annotate_marks_only_the_idle_opted_in_workloads(
     assert kube.get("deployments", "idle-serve", namespace=SANDBOX)["spec"]["replicas"] == 2  # not scaled
     (decisions,) = audit(platform, codec, scenario.cluster).values()
     assert verdicts(decisions) == expected("annotate", ReclaimVerdict.ACTED)
+
+
+def pod_metrics(workload_name: str, pod: str, *cpu: str) -> dict[str, Any]:
+    """A PodMetrics as metrics-server serves it (labels copied from the pod, usage per container)."""
+    return {
+        "metadata": {
+            "name": pod,
+            "namespace": SANDBOX,
+            "labels": {"app": workload_name, "pod-template-hash": "7d9c"},
+        },
+        "timestamp": "2026-11-24T15:00:00Z",
+        "window": "10.0s",
+        "containers": [
+            {"name": f"c{i}", "usage": {"cpu": q, "memory": "103424Ki"}} for i, q in enumerate(cpu)
+        ],
+    }
+
+
+def test_cpu_checks_keep_a_workload_whose_pods_still_compute(
+    scenario, kube, kubeconfig, config_file, platform, codec, tmp_path
+) -> None:
+    # idle-serve: 19.873412 + 3 + 12 = 34.873412 millicores (two pods, one with two containers);
+    # idle-db: 250 millicores; idle-train and the others have no PodMetrics
+    kube.create("podmetrics", pod_metrics("idle-serve", "idle-serve-7d9c-a", "19873412n"))
+    kube.create("podmetrics", pod_metrics("idle-serve", "idle-serve-7d9c-b", "3m", "12m"))
+    kube.create("podmetrics", pod_metrics("idle-db", "idle-db-0", "250m"))
+    scenario.publish_usage(now_window())
+    policy = write_policy(
+        tmp_path, scenario.cluster, "annotate", interval_s=0.05, more="cpu_millicores_below = 100\n"
+    )
+    reclaim(config_file, kubeconfig, "run", "--policy", str(policy), "--apply")
+    assert [(w.plural, w.name) for w in kube.writes] == [("deployments", "idle-serve")]
+    assert kube.count("GET", "podmetrics") == CHECKS  # idle-serve stays idle: every round is made
+    (decisions,) = audit(platform, codec, scenario.cluster).values()
+    cpu = {
+        d.workload_name: (d.verdict, d.reason, d.cpu_millicores_max)
+        for d in decisions
+        if d.cpu_millicores_max or d.reason.startswith("cpu")
+    }
+    assert cpu == {
+        "idle-serve": (ReclaimVerdict.ACTED, "idle", pytest.approx(19.873412 + 3 + 12)),
+        "idle-db": (ReclaimVerdict.SKIPPED, "cpu-busy", 250.0),
+        "idle-train": (ReclaimVerdict.SKIPPED, "cpu-unmeasured", None),
+        # checks 0.05 s apart all fall in the newest window, where the BUSY segment is idle too
+        "busy-serve": (ReclaimVerdict.SKIPPED, "cpu-unmeasured", None),
+        "busy-train": (ReclaimVerdict.SKIPPED, "cpu-unmeasured", None),
+    }
 
 
 def test_stale_usage_decides_nothing_even_when_applying(

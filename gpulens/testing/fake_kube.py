@@ -4,19 +4,20 @@ What it implements, as kube-apiserver does: LIST of a collection (cluster-wide o
 namespace) with the current resourceVersion; WATCH (``?watch=true``) from a resourceVersion,
 streamed as newline-delimited JSON events in chunked encoding, with BOOKMARKs when asked
 (``allowWatchBookmarks``) and an end after ``timeoutSeconds``; ``410 Gone`` for a
-resourceVersion older than the compacted history, either as an HTTP 410 Status or as an
-ERROR event (``gone_as``); equality-based ``labelSelector`` on lists; GET, POST (409 if it
-exists) and PUT (409 when the resourceVersion sent is not the current one); PATCH as a JSON
-merge patch (``application/merge-patch+json``, or ``strategic-merge-patch+json``, the same for
-the maps and scalars the tests change; any other type 415), also on the ``scale``
+resourceVersion older than the compacted history, either as an HTTP 410 Status or as an ERROR
+event (``gone_as``); equality-based ``labelSelector`` on lists; PodMetrics of ``metrics.k8s.io``
+as metrics-server serves them (created as ``podmetrics``, its plural being taken); GET, POST
+(409 if it exists) and PUT (409 when the resourceVersion sent is not the current one); PATCH as
+a JSON merge patch (``application/merge-patch+json``, or ``strategic-merge-patch+json``, the
+same for the maps and scalars the tests change; any other type 415), also on the ``scale``
 subresource of Deployments and StatefulSets (an ``autoscaling/v1`` Scale); DELETE (a Status
-``Success``). Every PATCH, PUT, POST and DELETE answered is kept in :attr:`FakeKube.writes`,
-and every request as the RBAC authorizer sees it (API group, resource or ``resource/sub``,
-verb) in :attr:`FakeKube.access`; given ``allow`` (such triples, as a ClusterRole grants them),
-any other request is answered 403 Forbidden, as kube-apiserver answers a service account.
-One global resourceVersion counter for every object, as etcd's revision. Tests change the
-state through the Python API (:meth:`FakeKube.create`, :meth:`~FakeKube.update`,
-:meth:`~FakeKube.delete`), never by touching the code under test.
+``Success``). Every PATCH, PUT, POST and DELETE answered is kept in :attr:`FakeKube.writes`, and
+every request as the RBAC authorizer sees it (API group, resource or ``resource/sub``, verb) in
+:attr:`FakeKube.access`; given ``allow`` (such triples, as a ClusterRole grants them), any other
+request is answered 403 Forbidden, as kube-apiserver answers a service account. One global
+resourceVersion counter for every object, as etcd's revision. Tests change the state through the
+Python API (:meth:`FakeKube.create`, :meth:`~FakeKube.update`, :meth:`~FakeKube.delete`), never
+by touching the code under test.
 """
 
 from __future__ import annotations
@@ -44,14 +45,20 @@ class Kind:
     plural: str
     kind: str
     namespaced: bool = True
+    name: str = ""
+    """What tests call it (:meth:`FakeKube.create` etc.) when its plural is taken: ``podmetrics``."""
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def key(self) -> str:
+        return self.name or self.plural
+
 
 KINDS = {
-    k.plural: k
+    k.key: k
     for k in (
         Kind("", "v1", "nodes", "Node", namespaced=False),
         Kind("", "v1", "pods", "Pod"),
@@ -64,8 +71,10 @@ KINDS = {
         Kind("batch", "v1", "cronjobs", "CronJob"),
         Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
         Kind("coordination.k8s.io", "v1", "leases", "Lease"),
+        Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", name="podmetrics"),
     )
 }
+_ROUTES = {(k.group, k.plural): k for k in KINDS.values()}
 
 
 @dataclass(frozen=True)
@@ -338,10 +347,11 @@ class FakeKube:
         parts = url.path.strip("/").split("/")
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        group = "" if parts[:1] == ["api"] else parts[1] if len(parts) > 1 else ""
         namespace = None
         if rest[:1] == ["namespaces"] and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
-        kind = KINDS.get(rest[0]) if rest else None
+        kind = _ROUTES.get((group, rest[0])) if rest else None
         subresource = rest[2] if len(rest) == 3 else None
         if kind is None or len(rest) > 3:
             return None
@@ -354,7 +364,7 @@ class FakeKube:
         request = self._parse(handler.path)
         with self._cond:
             if request is not None:
-                self.requests.append((method, request.kind.plural, request.query))
+                self.requests.append((method, request.kind.key, request.query))
                 self.access.append(_access(method, request))
             down = self._down
         if down:
@@ -390,7 +400,7 @@ class FakeKube:
                 self.writes.append(
                     Write(
                         method,
-                        request.kind.plural,
+                        request.kind.key,
                         request.namespace or "",
                         request.name or meta.get("name", ""),
                         request.subresource,
@@ -402,7 +412,7 @@ class FakeKube:
     def _crud(
         self, method: str, request: _Request, body: dict[str, Any] | None
     ) -> tuple[int, dict[str, Any]]:
-        plural = request.kind.plural
+        plural = request.kind.key
         with self._cond:
             if method == "GET" and request.name is None:
                 selector = request.query.get("labelSelector", "")
@@ -517,7 +527,7 @@ class FakeKube:
         if change.plural is None:
             return self._bookmark(request.kind, change.resource_version) if bookmarks else None
         namespace = change.object["metadata"].get("namespace")
-        if change.plural != request.kind.plural or request.namespace not in (None, namespace):
+        if change.plural != request.kind.key or request.namespace not in (None, namespace):
             return None
         return {"type": change.type, "object": change.object}
 

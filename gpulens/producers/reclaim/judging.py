@@ -4,7 +4,7 @@ Why workload usage: its rows are per *top* workload (the Deployment, StatefulSet
 reclaim acts on, never a ReplicaSet or a pod) and window, with the highest GPU utilization its
 GPUs' samples showed; idle GPU-hours are per GPU and would have to be summed back per owner.
 
-Checks run in event time, so a backlog or a replay is judged as it happened: check ``k``
+Checks run in event time, so a backlog is judged as it happened: check ``k``
 (0 = newest) looks at the instant ``end - 1 ms - k * interval_s``, where ``end`` is the newest
 window end of the cluster read, and finds the workload's window holding that instant. A check
 is idle when that window has samples and their highest utilization is under the threshold;

@@ -14,6 +14,7 @@ Opt-in is explicit: only objects in the listed namespaces whose labels include e
     interval_s = 10                 # ... 10 s apart, ending at the newest usage window
     gpu_utilization_below = 5.0     # the highest utilization a check may see, %
     max_age_s = 900                 # usage older than this (wall clock) decides nothing
+    cpu_millicores_below = 100      # optional: and its pods' CPU under this at every check
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ class IdleDefinition(BaseModel):
     )
     max_age_s: float = Field(
         default=900.0, gt=0, description="Usage whose newest window ended longer ago (wall clock) is stale."
+    )
+    cpu_millicores_below: float | None = Field(
+        default=None,
+        gt=0,
+        description="Also idle only if its pods' CPU (metrics.k8s.io) is under this at every check; "
+        "these checks run live, ``interval_s`` apart. None: GPU utilization only.",
     )
 
 

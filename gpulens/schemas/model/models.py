@@ -695,6 +695,9 @@ class ReclaimDecision(Event):
         default=None, ge=0, le=100, description="Highest GPU utilization the checks saw, %."
     )
     idle_until: Timestamp | None = Field(default=None, description="Event time the usage reached.")
+    cpu_millicores_max: float | None = Field(
+        default=None, ge=0, description="Highest CPU its pods used at a live check (null: CPU not checked)."
+    )
 
 
 # --- dead letters ----------------------------------------------------------------------------
