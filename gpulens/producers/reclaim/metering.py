@@ -11,7 +11,7 @@ sum over the containers of the pods its pod template's labels select. A check is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpulens.producers.kubernetes.api import KubeApi
@@ -38,15 +38,13 @@ def cpu_checks(
     workloads: Sequence[Workload],
     idle: IdleDefinition,
     below: float,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, CpuJudgement]:
     """Per workload uid, ``idle``'s checks of its pods' CPU against ``below`` millicores."""
     seen: dict[str, list[float]] = {w.uid: [] for w in workloads}
     failed: dict[str, str] = {}
     for check in range(idle.checks):
         if check:
-            sleep(idle.interval_s)
+            time.sleep(idle.interval_s)
         pods_of = {
             ns: _usage(api, ns) for ns in sorted({w.namespace for w in workloads if w.uid not in failed})
         }
