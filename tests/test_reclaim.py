@@ -145,7 +145,9 @@ class Scenario:
         self.producer, self.codec = kafka_producer, codec
 
     def publish_usage(self, end: datetime) -> None:
-        """Each workload's segment as CHECKS windows of WINDOW_S seconds ending at ``end``."""
+        """Each workload's segment as CHECKS windows of WINDOW_S seconds ending at ``end``, in one
+        transaction as the worker writes them (the partitions end with a commit marker)."""
+        self.producer.begin_transaction()
         for plural, obj, values in WORKLOADS:
             meta = obj["metadata"]
             for i, value in enumerate(values):
@@ -172,7 +174,7 @@ class Scenario:
                     key=record_key(WORKLOAD_USAGE, row),
                     value=self.codec.encode(WORKLOAD_USAGE, row),
                 )
-        assert self.producer.flush(30) == 0
+        self.producer.commit_transaction(30)
 
 
 @pytest.fixture
@@ -204,7 +206,9 @@ def kubeconfig(kube: FakeKube, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def scenario(kube: FakeKube, platform: Any, codec: AvroCodec, unique: str) -> Scenario:
-    return Scenario(kube, Producer(platform.kafka.librdkafka()), codec, f"reclaim-{unique}")
+    producer = Producer(platform.kafka.librdkafka(**{"transactional.id": f"reclaim-test-{unique}"}))
+    producer.init_transactions(30)
+    return Scenario(kube, producer, codec, f"reclaim-{unique}")
 
 
 def now_window() -> datetime:

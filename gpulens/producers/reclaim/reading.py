@@ -3,8 +3,7 @@
 Only the tail is read: records are produced when their window closes, so every window a check
 can reach was produced after ``now - max_age_s - checks * interval_s`` (wall clock) whenever
 the usage is fresh enough to decide anything; partitions are read from the offset of that
-time (``offsets_for_times``) to the end offsets taken at the start. Other clusters' rows are
-dropped after decoding.
+time (``offsets_for_times``) to their end. Other clusters' rows are dropped after decoding.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import time
 import uuid
 from datetime import datetime
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from gpulens.producers.reclaim.exceptions import UsageReadError
 from gpulens.schemas.kafka.settings import KafkaSettings
@@ -26,10 +25,20 @@ from gpulens.schemas.wire.codec import AvroCodec
 def read_usage(
     kafka: KafkaSettings, codec: AvroCodec, *, cluster: str, since: datetime, timeout_s: float = 60.0
 ) -> list[WorkloadGpuUsage]:
-    """``cluster``'s workload usage rows produced since ``since``, in log order per partition."""
+    """``cluster``'s committed workload usage rows produced since ``since``, in log order per partition.
+
+    The worker writes in transactions, so a partition ends with a commit marker no message
+    carries: its end is the consumer's end-of-partition event (``read_committed``: at the last
+    stable offset), never an offset compared with the high watermark.
+    """
     consumer = Consumer(
         kafka.librdkafka(
-            **{"group.id": f"gpulens-reclaim-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+            **{
+                "group.id": f"gpulens-reclaim-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
         )
     )
     rows: list[WorkloadGpuUsage] = []
@@ -40,11 +49,12 @@ def read_usage(
             if time.monotonic() > deadline:
                 raise UsageReadError(f"{WORKLOAD_USAGE.name} not read to its end in {timeout_s:.0f}s")
             for msg in consumer.consume(1000, timeout=0.5):
-                partition, offset = msg.partition(), msg.offset()
-                if msg.error() or partition is None or offset is None:
-                    raise UsageReadError(f"reading {WORKLOAD_USAGE.name}[{partition}]: {msg.error()}")
-                if offset + 1 >= remaining.get(partition, 0):
-                    remaining.pop(partition, None)
+                error = msg.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    remaining.discard(msg.partition())
+                    continue
+                if error is not None:
+                    raise UsageReadError(f"reading {WORKLOAD_USAGE.name}[{msg.partition()}]: {error}")
                 try:
                     row = codec.decode(WORKLOAD_USAGE, msg.value() or b"", WorkloadGpuUsage)
                 except DecodeError:  # the sink dead-letters these; here they are no usage
@@ -58,19 +68,12 @@ def read_usage(
     return rows
 
 
-def _assign_since(consumer: Consumer, since_ms: int) -> dict[int, int]:
-    """Assign every partition from the first offset at ``since_ms``; the end offsets left to reach."""
+def _assign_since(consumer: Consumer, since_ms: int) -> set[int]:
+    """Assign each partition with records from ``since_ms`` on, from the first; those partitions."""
     metadata = consumer.list_topics(WORKLOAD_USAGE.name, timeout=10).topics.get(WORKLOAD_USAGE.name)
     if metadata is None or metadata.error is not None:
         raise UsageReadError(f"topic {WORKLOAD_USAGE.name} does not exist; run `gpulens topics create`")
     wanted = [TopicPartition(WORKLOAD_USAGE.name, p, since_ms) for p in metadata.partitions]
-    starts = consumer.offsets_for_times(wanted, timeout=10)
-    remaining: dict[int, int] = {}
-    assignment = []
-    for start in starts:
-        _, high = consumer.get_watermark_offsets(start, timeout=10)
-        if 0 <= start.offset < high:
-            remaining[start.partition] = high
-            assignment.append(start)
+    assignment = [start for start in consumer.offsets_for_times(wanted, timeout=10) if start.offset >= 0]
     consumer.assign(assignment)
-    return remaining
+    return {start.partition for start in assignment}
