@@ -3,6 +3,8 @@
 Why workload usage: its rows are per *top* workload (the Deployment, StatefulSet or Job that
 reclaim acts on, never a ReplicaSet or a pod) and window, with the highest GPU utilization its
 GPUs' samples showed; idle GPU-hours are per GPU and would have to be summed back per owner.
+(A Job made by a CronJob counts for the CronJob, so its own uid has no usage: it is never
+idle here, which is the safe side.)
 
 Checks run in event time, so a backlog is judged as it happened: check ``k``
 (0 = newest) looks at the instant ``end - 1 ms - k * interval_s``, where ``end`` is the newest
