@@ -17,6 +17,7 @@ from gpulens.commands.agent import agent
 from gpulens.commands.api import api
 from gpulens.commands.exporter import exporter
 from gpulens.commands.gateway import gateway
+from gpulens.commands.reclaim import reclaim
 from gpulens.commands.replay import replay
 from gpulens.commands.report import report
 from gpulens.commands.retention import retention
@@ -466,6 +467,7 @@ cli.add_command(retention)
 cli.add_command(simulate)
 cli.add_command(api)
 cli.add_command(report)
+cli.add_command(reclaim)
 
 
 EX_UNAVAILABLE = 69

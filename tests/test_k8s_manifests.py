@@ -588,6 +588,48 @@ def test_watcher_may_hold_the_lease_in_its_namespace(config_file: Path) -> None:
     assert _allows(rules, "coordination.k8s.io", "leases", {"get", "create", "update"})
 
 
+# --- idle reclaim's RBAC ------------------------------------------------------------------------
+
+RECLAIM_ACCOUNT = "gpulens-reclaim"
+READ_VERBS = {"get", "list", "watch"}
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_the_watcher_may_only_read() -> None:
+    account = _watcher()["spec"]["template"]["spec"]["serviceAccountName"]
+    assert account != RECLAIM_ACCOUNT
+    cluster_wide = _grants(_bound_to("ClusterRole", "ClusterRoleBinding", account))
+    assert {verb for _, _, verb in cluster_wide} <= READ_VERBS
+
+
+def test_reclaim_writes_only_what_its_actions_change() -> None:
+    from gpulens.producers.reclaim.policy import KINDS_OF, Action
+
+    where = {
+        "Deployment": ("apps", "deployments"),
+        "StatefulSet": ("apps", "statefulsets"),
+        "Job": ("batch", "jobs"),
+    }
+    needed = {(*where[kind], "patch") for kind in KINDS_OF[Action.ANNOTATE]}
+    needed |= {
+        (where[kind][0], f"{where[kind][1]}/scale", "patch") for kind in KINDS_OF[Action.SCALE_TO_ZERO]
+    }
+    needed |= {(*where[kind], "delete") for kind in KINDS_OF[Action.DELETE]} | {("", "services", "delete")}
+    granted = _grants(_bound_to("ClusterRole", "ClusterRoleBinding", RECLAIM_ACCOUNT))
+    assert {g for g in granted if g[2] not in READ_VERBS} == needed
+    assert all("*" not in grant for grant in granted)
+    assert not any(verb == "watch" or resource == "secrets" for _, resource, verb in granted)
+
+
 # --- kubectl -----------------------------------------------------------------------------------
 
 

@@ -4,15 +4,24 @@ What it implements, as kube-apiserver does: LIST of a collection (cluster-wide o
 namespace) with the current resourceVersion; WATCH (``?watch=true``) from a resourceVersion,
 streamed as newline-delimited JSON events in chunked encoding, with BOOKMARKs when asked
 (``allowWatchBookmarks``) and an end after ``timeoutSeconds``; ``410 Gone`` for a
-resourceVersion older than the compacted history, either as an HTTP 410 Status or as an
-ERROR event (``gone_as``); Lease objects with GET, POST (409 if it exists) and PUT (409 when
-the resourceVersion sent is not the current one); the node proxy's kubelet summary
-(``GET /api/v1/nodes/{node}/proxy/stats/summary``) from what :meth:`FakeKube.set_summary`
-gave, 404 for a node that does not exist and 503 for one whose kubelet does not answer, as the
-API server's proxy says so. One global resourceVersion counter for
-every object, as etcd's revision. Tests change the state through the Python API
-(:meth:`FakeKube.create`, :meth:`~FakeKube.update`, :meth:`~FakeKube.delete`), never by
-touching the code under test.
+resourceVersion older than the compacted history, either as an HTTP 410 Status or as an ERROR
+event (``gone_as``); the node proxy's kubelet summary (``GET
+/api/v1/nodes/{node}/proxy/stats/summary``) from what :meth:`FakeKube.set_summary` gave, 404
+for a node that does not exist and 503 for one whose kubelet does not answer, as the API
+server's proxy says so; discovery documents (``/apis/{group}/{version}``), Kueue's group only
+when made with ``kueue=True``; equality-based ``labelSelector`` on lists; PodMetrics of ``metrics.k8s.io``
+as metrics-server serves them (created as ``podmetrics``, its plural being taken); GET, POST
+(409 if it exists) and PUT (409 when the resourceVersion sent is not the current one); PATCH as
+a JSON merge patch (``application/merge-patch+json``, or ``strategic-merge-patch+json``, the
+same for the maps and scalars the tests change; any other type 415), also on the ``scale``
+subresource of Deployments and StatefulSets (an ``autoscaling/v1`` Scale); DELETE (a Status
+``Success``). Every PATCH, PUT, POST and DELETE answered is kept in :attr:`FakeKube.writes`, and
+every request as the RBAC authorizer sees it (API group, resource or ``resource/sub``, verb) in
+:attr:`FakeKube.access`; given ``allow`` (such triples, as a ClusterRole grants them), any other
+request is answered 403 Forbidden, as kube-apiserver answers a service account. One global
+resourceVersion counter for every object, as etcd's revision. Tests change the state through the
+Python API (:meth:`FakeKube.create`, :meth:`~FakeKube.update`, :meth:`~FakeKube.delete`), never
+by touching the code under test.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,17 +49,24 @@ class Kind:
     plural: str
     kind: str
     namespaced: bool = True
+    name: str = ""
+    """What tests call it (:meth:`FakeKube.create` etc.) when its plural is taken: ``podmetrics``."""
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def key(self) -> str:
+        return self.name or self.plural
+
 
 KINDS = {
-    k.plural: k
+    k.key: k
     for k in (
         Kind("", "v1", "nodes", "Node", namespaced=False),
         Kind("", "v1", "pods", "Pod"),
+        Kind("", "v1", "services", "Service"),
         Kind("apps", "v1", "deployments", "Deployment"),
         Kind("apps", "v1", "replicasets", "ReplicaSet"),
         Kind("apps", "v1", "statefulsets", "StatefulSet"),
@@ -63,8 +79,10 @@ KINDS = {
         Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
         Kind("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False),
         Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload"),
+        Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", name="podmetrics"),
     )
 }
+_ROUTES = {(k.group, k.plural): k for k in KINDS.values()}
 VERBS = ["get", "list", "watch"]
 KUEUE = "kueue.x-k8s.io"
 """A group served only by a fake made with ``kueue=True`` (its CRDs installed)."""
@@ -84,6 +102,65 @@ class _Request:
     namespace: str | None
     name: str | None
     query: dict[str, str]
+    subresource: str | None = None
+
+
+@dataclass(frozen=True)
+class Write:
+    """A change a client asked for over HTTP, answered with a 2xx (what tests assert on)."""
+
+    method: str
+    plural: str
+    namespace: str
+    name: str
+    subresource: str | None
+    body: dict[str, Any] | None
+
+
+_MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+_SCALABLE = ("deployments", "statefulsets")
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _access(method: str, request: _Request) -> tuple[str, str, str]:
+    """(API group, resource[/subresource], verb) of a request, as kube-apiserver authorizes it."""
+    if method == "GET":
+        verb = "watch" if request.query.get("watch") == "true" else "get" if request.name else "list"
+    else:
+        verb = _VERBS[method]
+    resource = request.kind.plural + (f"/{request.subresource}" if request.subresource else "")
+    return request.kind.group, resource, verb
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place: null removes a key, maps merge, the rest replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _selects(selector: str, labels: dict[str, str]) -> bool:
+    """Whether equality-based ``selector`` (``a=b,c==d,e!=f,g,!h``) selects ``labels``."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            ok = labels.get(key.strip()) != value.strip()
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            ok = labels.get(key.strip()) == value.strip()
+        elif term.startswith("!"):
+            ok = term[1:] not in labels
+        else:
+            ok = term in labels
+        if not ok:
+            return False
+    return True
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -101,8 +178,15 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 class FakeKube:
     """The fake API server; ``with FakeKube() as kube:`` serves on 127.0.0.1:<free port>."""
 
-    def __init__(self, *, gone_as: Literal["status", "event"] = "status", kueue: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        gone_as: Literal["status", "event"] = "status",
+        allow: Iterable[tuple[str, str, str]] | None = None,
+        kueue: bool = False,
+    ) -> None:
         self.gone_as = gone_as
+        self.allow = None if allow is None else frozenset(allow)
         self.kueue = kueue
         self._cond = threading.Condition()
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in KINDS}
@@ -115,6 +199,8 @@ class FakeKube:
         self._stopping = False
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self._summaries: dict[str, dict[str, Any]] = {}
+        self.writes: list[Write] = []
+        self.access: list[tuple[str, str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._serving: threading.Thread | None = None
 
@@ -270,6 +356,12 @@ class FakeKube:
             def do_PUT(self) -> None:
                 fake._serve(self, "PUT")
 
+            def do_PATCH(self) -> None:
+                fake._serve(self, "PATCH")
+
+            def do_DELETE(self) -> None:
+                fake._serve(self, "DELETE")
+
         return Handler
 
     def _parse(self, path: str) -> _Request | None:
@@ -277,13 +369,17 @@ class FakeKube:
         parts = url.path.strip("/").split("/")
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        group = "" if parts[:1] == ["api"] else parts[1] if len(parts) > 1 else ""
         namespace = None
         if rest[:1] == ["namespaces"] and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
-        kind = KINDS.get(rest[0]) if rest else None
-        if kind is None or len(rest) > 2 or (kind.group == KUEUE and not self.kueue):
+        kind = _ROUTES.get((group, rest[0])) if rest else None
+        subresource = rest[2] if len(rest) == 3 else None
+        if kind is None or len(rest) > 3 or (kind.group == KUEUE and not self.kueue):
             return None
-        return _Request(kind, namespace, rest[1] if len(rest) == 2 else None, query)
+        if subresource is not None and (subresource != "scale" or kind.plural not in _SCALABLE):
+            return None
+        return _Request(kind, namespace, rest[1] if len(rest) >= 2 else None, query, subresource)
 
     def _proxied_summary(self, path: str) -> tuple[int, dict[str, Any]] | None:
         """The answer to a node proxy's ``stats/summary`` request; None for any other path."""
@@ -329,7 +425,8 @@ class FakeKube:
         request = self._parse(handler.path)
         with self._cond:
             if request is not None:
-                self.requests.append((method, request.kind.plural, request.query))
+                self.requests.append((method, request.kind.key, request.query))
+                self.access.append(_access(method, request))
             down = self._down
         if down:
             return self._reply(handler, 503, _status(503, "ServiceUnavailable", "the fake is down"))
@@ -341,27 +438,56 @@ class FakeKube:
             return self._reply(handler, 200, discovery)
         if request is None:
             return self._reply(handler, 404, _status(404, "NotFound", f"no route for {handler.path}"))
-        body = None
-        if method in ("POST", "PUT"):
-            length = int(handler.headers.get("Content-Length") or 0)
-            body = json.loads(handler.rfile.read(length))
+        group, resource, verb = _access(method, request)
+        if self.allow is not None and (group, resource, verb) not in self.allow:
+            what = f'{request.kind.plural}{"." + group if group else ""} "{request.name or ""}"'
+            message = (
+                f'{what} is forbidden: User "system:serviceaccount:test" cannot {verb} resource '
+                f'"{resource}" in API group "{group}" in the namespace "{request.namespace or ""}"'
+            )
+            return self._reply(handler, 403, _status(403, "Forbidden", message))
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = json.loads(handler.rfile.read(length)) if length else None
+        if method in ("POST", "PUT", "PATCH") and not isinstance(body, dict):
+            return self._reply(handler, 400, _status(400, "BadRequest", "the request has no JSON object"))
+        content_type = (handler.headers.get("Content-Type") or "").split(";")[0].strip()
+        if method == "PATCH" and content_type not in _MERGE_PATCHES:
+            message = f"the body of the request was in an unknown format ({content_type}); accepted: "
+            return self._reply(
+                handler, 415, _status(415, "UnsupportedMediaType", message + ", ".join(_MERGE_PATCHES))
+            )
         if method == "GET" and request.query.get("watch") == "true":
             with suppress(BrokenPipeError, ConnectionResetError):  # the watcher hung up first
                 self._watch(handler, request)
             return
         code, answer = self._crud(method, request, body)
+        if method != "GET" and 200 <= code < 300:
+            meta = answer.get("metadata", {})
+            with self._cond:
+                self.writes.append(
+                    Write(
+                        method,
+                        request.kind.key,
+                        request.namespace or "",
+                        request.name or meta.get("name", ""),
+                        request.subresource,
+                        body,
+                    )
+                )
         self._reply(handler, code, answer)
 
     def _crud(
         self, method: str, request: _Request, body: dict[str, Any] | None
     ) -> tuple[int, dict[str, Any]]:
-        plural = request.kind.plural
+        plural = request.kind.key
         with self._cond:
             if method == "GET" and request.name is None:
+                selector = request.query.get("labelSelector", "")
                 items = [
                     copy.deepcopy(o)
                     for (ns, _), o in self._objects[plural].items()
-                    if request.namespace is None or ns == request.namespace
+                    if (request.namespace is None or ns == request.namespace)
+                    and _selects(selector, o["metadata"].get("labels") or {})
                 ]
                 return 200, {
                     "kind": f"{request.kind.kind}List",
@@ -372,14 +498,26 @@ class FakeKube:
             key = self._key(
                 plural,
                 request.namespace or "",
-                (body or {}).get("metadata", {}).get("name") or request.name or "",
+                request.name or (body or {}).get("metadata", {}).get("name") or "",
             )
             current = self._objects[plural].get(key)
             if method == "GET":
                 if current is None:
                     return 404, _status(404, "NotFound", f'{plural} "{key[1]}" not found')
                 return 200, copy.deepcopy(current)
+            if method == "DELETE":
+                if current is None:
+                    return 404, _status(404, "NotFound", f'{plural} "{key[1]}" not found')
+                self._record(plural, "DELETED", copy.deepcopy(current))
+                success = _status(200, "", "") | {"status": "Success"}
+                return 200, success | {
+                    "details": {"name": key[1], "kind": plural, "uid": current["metadata"]["uid"]}
+                }
             assert body is not None
+            if method == "PATCH":
+                if current is None:
+                    return 404, _status(404, "NotFound", f'{plural} "{key[1]}" not found')
+                return 200, self._patch(plural, copy.deepcopy(current), body, request.subresource)
             if method == "POST":
                 if current is not None:
                     return 409, _status(409, "AlreadyExists", f'{plural} "{key[1]}" already exists')
@@ -393,6 +531,26 @@ class FakeKube:
                 )
             return 200, self._record(plural, "MODIFIED", body)
 
+    def _patch(
+        self, plural: str, obj: dict[str, Any], patch: dict[str, Any], subresource: str | None
+    ) -> dict[str, Any]:
+        """Under the lock: ``obj`` with ``patch`` merged in, stored; the object or its Scale."""
+        if subresource is None:
+            _merge(obj, patch)
+            return self._record(plural, "MODIFIED", obj)
+        replicas = (patch.get("spec") or {}).get("replicas")
+        if replicas is not None:
+            obj.setdefault("spec", {})["replicas"] = replicas
+        stored = self._record(plural, "MODIFIED", obj)
+        meta = stored["metadata"]
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
+            "spec": {"replicas": stored["spec"].get("replicas", 1)},
+            "status": {"replicas": (stored.get("status") or {}).get("replicas", 0)},
+        }
+
     def _watch(self, handler: BaseHTTPRequestHandler, request: _Request) -> None:
         since = int(request.query.get("resourceVersion") or 0)
         bookmarks = request.query.get("allowWatchBookmarks") == "true"
@@ -405,6 +563,7 @@ class FakeKube:
             return self._reply(handler, 410, gone)
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
+        handler.send_header("Connection", "close")  # each connection serves one request
         handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
         if expired:
@@ -435,7 +594,7 @@ class FakeKube:
         if change.plural is None:
             return self._bookmark(request.kind, change.resource_version) if bookmarks else None
         namespace = change.object["metadata"].get("namespace")
-        if change.plural != request.kind.plural or request.namespace not in (None, namespace):
+        if change.plural != request.kind.key or request.namespace not in (None, namespace):
             return None
         return {"type": change.type, "object": change.object}
 
@@ -467,6 +626,7 @@ class FakeKube:
         data = json.dumps(body).encode()
         handler.send_response(code)
         handler.send_header("Content-Type", "application/json")
+        handler.send_header("Connection", "close")  # each connection serves one request
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)

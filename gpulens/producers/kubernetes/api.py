@@ -66,10 +66,19 @@ class KubeApi:
         self._client.close()
 
     def request(
-        self, method: str, path: str, *, query: Query | None = None, body: RawObject | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: RawObject | None = None,
+        content_type: str = "application/json",
     ) -> RawObject:
-        """One request; the decoded JSON answer."""
-        with self._send(method, path, query=query, body=body, timeout=self._timeout) as response:
+        """One request; the decoded JSON answer. A PATCH says its kind in ``content_type``
+        (``application/merge-patch+json``: the API server refuses plain JSON there)."""
+        with self._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=self._timeout
+        ) as response:
             data: RawObject = json.loads(response.data)
             return data
 
@@ -112,11 +121,12 @@ class KubeApi:
         *,
         query: Query | None = None,
         body: RawObject | None = None,
+        content_type: str = "application/json",
         timeout: float,
     ) -> Iterator[urllib3.BaseHTTPResponse]:
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             serialized = self._client.param_serialize(
                 method=method,

@@ -59,6 +59,8 @@ __all__ = [
     "PodCondition",
     "PodEvent",
     "RdmaDevice",
+    "ReclaimDecision",
+    "ReclaimVerdict",
     "Record",
     "StorageEvent",
     "Taint",
@@ -691,6 +693,54 @@ class Alert(Event):
     )
 
 
+# --- idle reclaim ----------------------------------------------------------------------------
+
+
+class ReclaimVerdict(StrEnum):
+    """What the reclaim command did about one workload in one run."""
+
+    SKIPPED = "SKIPPED"
+    WOULD_ACT = "WOULD_ACT"
+    ACTED = "ACTED"
+    FAILED = "FAILED"
+
+
+class ReclaimDecision(Event):
+    """One decision of ``gpulens reclaim`` about one workload: the audit trail of idle reclaim.
+
+    Every workload a run considers gets one: opted-in ones (acted on, would be acted on in a
+    dry run, failed, or skipped with the reason) and idle ones that are not opted in (skipped).
+    ``event_time`` is the wall time of the decision; ``idle_until`` the event time of the
+    usage it was judged on.
+    """
+
+    run_id: str = Field(description="The run that decided (one per command invocation).")
+    policy: str = Field(description="Name of the policy file's policy.")
+    dry_run: bool = Field(description="True: nothing was changed (the default); False: --apply.")
+    verdict: ReclaimVerdict = Field(description="SKIPPED, WOULD_ACT, ACTED or FAILED.")
+    reason: str = Field(
+        description="Why: idle, busy, unmeasured, no-usage, stale-usage, not-opted-in, "
+        "unsupported-kind, or the API error of a failed action."
+    )
+    action: str | None = Field(default=None, description="annotate, scale-to-zero or delete (null: none).")
+    workload_uid: str = Field(min_length=1, description="The workload's uid: the entity key.")
+    workload_kind: str = Field(description="Deployment, StatefulSet, Job, ...")
+    workload_name: str = Field(description="Its name.")
+    namespace: str = Field(description="Its namespace.")
+    targets: list[str] = Field(
+        default_factory=list, description="Objects acted on or to act on: Kind/namespace/name."
+    )
+    checks: int = Field(ge=0, description="Checks the policy asks for.")
+    idle_checks: int = Field(ge=0, description="Newest consecutive checks that found it idle.")
+    utilization_max: float | None = Field(
+        default=None, ge=0, le=100, description="Highest GPU utilization the checks saw, %."
+    )
+    idle_until: Timestamp | None = Field(default=None, description="Event time the usage reached.")
+    cpu_millicores_max: float | None = Field(
+        default=None, ge=0, description="Highest CPU its pods used at a live check (null: CPU not checked)."
+    )
+
+
 # --- dead letters ----------------------------------------------------------------------------
 
 
@@ -728,6 +778,7 @@ AVRO_ENUM_DEFAULTS: dict[type[Enum], StrEnum] = {
     WorkloadStatus: WorkloadStatus.RUNNING,
     DeviceKind: DeviceKind.OTHER,
     ContainerRuntimeState: ContainerRuntimeState.RUNNING,
+    ReclaimVerdict: ReclaimVerdict.SKIPPED,
 }
 """What an old reader makes of a symbol added after it was built."""
 

@@ -23,6 +23,7 @@ from gpulens.schemas.model.models import (
     NodeGpuAllocation,
     PendingGpuPod,
     PodEvent,
+    ReclaimDecision,
     Record,
     StorageEvent,
     Watermark,
@@ -150,6 +151,14 @@ DEVICE_CHANGELOG = TopicSpec(
 ALERTS = TopicSpec(
     "gpulens.alerts.v1", Alert, "entity", 3, retention_ms=90 * DAY_MS, doc="Alerts opened and resolved."
 )
+RECLAIM_AUDIT = TopicSpec(
+    "gpulens.reclaim.audit.v1",
+    ReclaimDecision,
+    "workload_uid",
+    1,
+    retention_ms=365 * DAY_MS,
+    doc="Every decision of `gpulens reclaim`: skipped and why, would act (dry run), acted, failed.",
+)
 
 STATE_DOC = "Compacted: the newest {what}, then a tombstone when it is gone; read it whole to start."
 STATE_PODS = TopicSpec(
@@ -208,6 +217,7 @@ CATALOG: tuple[TopicSpec, ...] = (
     *(CLUSTER_ALLOCATION, NODE_ALLOCATION, CLUSTER_OVERVIEW, WORKLOAD_USAGE, DEVICE_CHANGELOG, ALERTS, DLQ),
     IDLE_GPU_HOURS,
     PENDING_PODS,
+    RECLAIM_AUDIT,
     *STATE_TOPICS,
 )
 
