@@ -601,17 +601,14 @@ def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
         done_and_end = progress(platform, group, [PODS]).values()
         return sum(done for done, _ in done_and_end), sum(end for _, end in done_and_end)
 
-    def next_commit() -> None:
-        before = committed()[0]
-        wait_until(lambda: committed()[0] > before, 60, "a commit")
-
     wait_until(lambda: committed()[0] == committed()[1], 60, "the first half committed")
     publish(platform, codec, events[half:three_quarters])
     # Frozen past its session timeout with records to do: the broker drops it, it re-joins
     # with the same partitions and recovers its tables while it applies them.
     app.pause(SESSION_TIMEOUT_S + 2)
-    next_commit()  # the one overdue at the pause
-    next_commit()  # after the recovery
+    # All of it committed after the recovery: in one commit or more (a loaded machine missed
+    # the commit overdue at the pause, and one commit after the recovery took everything).
+    wait_until(lambda: committed()[0] == committed()[1], 60, "the second quarter committed")
     halfway = threading.Event()
     feeder = threading.Thread(target=feed, args=(platform, codec, events[three_quarters:], halfway))
     feeder.start()
