@@ -24,6 +24,7 @@ import time
 import urllib.request
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import fastavro
 from confluent_kafka import Consumer
@@ -31,7 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.platform import free_port
 from gpulens.producers.agent.collecting import Identity, RuntimeChange
+from gpulens.producers.agent.containerd import ContainerdWatcher
 from gpulens.producers.agent.events import ContainerTracker, LifecycleTracker, NodeIdentity
+from gpulens.protos.containerd.events import container_pb2, task_pb2
 from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.models import ChangeType, ContainerEvent, ContainerRuntimeState, DeviceAssignment
 from gpulens.schemas.model.topics import CONTAINERS, entity_key
@@ -49,6 +52,8 @@ from gpulens.testing.fake_kubelet import serving as serving_kubelet
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EVENTS, CONTAINERS_INFO = FIXTURES / "containerd_events.txt", FIXTURES / "containerd_containers.json"
+CAPTURED = FIXTURES / "containerd_events_captured.txt"
+"""Real `ctr events` lines (two public captures, see its header): exec'd processes' events only."""
 
 POD_UID = "3f6c1e2a-7b1d-4c55-9a0e-5d2f8b6c9e41"
 MAIN_0 = "9bd8269ce7accbc089a0d0e85cef6a39575644be475782410d1d126f028a313d"
@@ -317,3 +322,68 @@ def test_an_agent_subscribed_mid_life_and_removals_out_of_order():
         (MAIN_0, GONE, DELETED, None, []),
     ]
     assert kubelet.held == {}  # forgotten: the kubelet's view, if it still lists it, is ADDED again
+
+
+def captured_lines() -> list[tuple[str, str, dict[str, Any]]]:
+    """(namespace, topic, event JSON) of each line of the real capture, read without our parser."""
+    found = []
+    for line in CAPTURED.read_text().splitlines():
+        if line and not line.startswith("#"):
+            head, _, payload = line.partition(" {")
+            *_, namespace, topic = head.split(" ")
+            found.append((namespace, topic, json.loads("{" + payload)))
+    return found
+
+
+def test_real_ctr_events_of_exec_probes_are_read_as_containerd_wrote_them_and_change_no_container(tmp_path):
+    """The captured lines, served by the fake containerd to the agent's watcher over the real gRPC
+    socket: each TaskExit carries the exit status and time the capture printed (an RFC 3339 string
+    in the 2020 one, {"seconds","nanos"} in containerd 1.7's), and none is a change of a container:
+    every captured exit's "id" is an exec's, not its container's. A container's own create from
+    the hand-written fixture, published after them on the same stream, is the only change."""
+    lines = captured_lines()
+    exits = [event for _, topic, event in lines if topic == "/tasks/exit"]
+    assert len(exits) == 3 and all(e["id"] != e["container_id"] for e in exits)
+    assert {namespace for namespace, _, _ in lines} == {"k8s.io"}
+
+    envelopes = read_ctr_events(CAPTURED)
+    decoded = [task_pb2.TaskExit.FromString(e.event.value) for e in envelopes if e.topic == "/tasks/exit"]
+    for event, written in zip(decoded, exits, strict=True):
+        assert (event.container_id, event.id, event.pid) == (
+            written["container_id"],
+            written["id"],
+            written["pid"],
+        )
+        assert event.exit_status == written.get("exit_status", 0)  # encoding/json leaves a 0 out
+        stamp = written["exited_at"]
+        if isinstance(stamp, dict):
+            assert (event.exited_at.seconds, event.exited_at.nanos) == (stamp["seconds"], stamp["nanos"])
+        else:
+            assert event.exited_at.ToJsonString() == stamp
+
+    created = next(
+        e
+        for e in read_ctr_events(EVENTS)
+        if e.topic == "/containers/create"
+        and container_pb2.ContainerCreate.FromString(e.event.value).id == MAIN_0
+    )
+    socket_path = tmp_path / "containerd.sock"
+    containerd = Containerd([*envelopes, created], read_ctr_containers(CONTAINERS_INFO))
+    watcher = ContainerdWatcher(socket_path, retry_min_s=0.05, retry_max_s=0.2)
+    with serving(socket_path, containerd):
+        watcher.start()
+        try:
+            containerd.wait_subscribed(1)
+            assert containerd.release() == len(envelopes) + 1
+            changes: list[RuntimeChange] = []
+            deadline = time.monotonic() + 30
+            while not changes:
+                assert time.monotonic() < deadline, "no change from the stream"
+                changes += watcher.changes()
+                time.sleep(0.02)
+        finally:
+            watcher.close()
+    changes += watcher.changes()
+    assert [(c.container_id, c.identity.key, c.state, c.at) for c in changes] == [
+        (MAIN_0, ("ml", "train-0", "main"), CREATED, at("12:00:01.200"))
+    ]
