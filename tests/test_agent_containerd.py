@@ -28,6 +28,7 @@ from typing import Any
 
 import fastavro
 from confluent_kafka import Consumer
+from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.platform import free_port
@@ -41,6 +42,7 @@ from gpulens.schemas.model.topics import CONTAINERS, entity_key
 from gpulens.schemas.wire.codec import register, registry_client
 from gpulens.testing.examples import example_events
 from gpulens.testing.fake_containerd import (
+    TOPICS,
     Containerd,
     matches,
     read_ctr_containers,
@@ -53,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EVENTS, CONTAINERS_INFO = FIXTURES / "containerd_events.txt", FIXTURES / "containerd_containers.json"
 CAPTURED = FIXTURES / "containerd_events_captured.txt"
-"""Real `ctr events` lines (two public captures, see its header): exec'd processes' events only."""
+"""Real `ctr events` lines (three public captures, see its header)."""
 
 POD_UID = "3f6c1e2a-7b1d-4c55-9a0e-5d2f8b6c9e41"
 MAIN_0 = "9bd8269ce7accbc089a0d0e85cef6a39575644be475782410d1d126f028a313d"
@@ -335,31 +337,35 @@ def captured_lines() -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
-def test_real_ctr_events_of_exec_probes_are_read_as_containerd_wrote_them_and_change_no_container(tmp_path):
-    """The captured lines, served by the fake containerd to the agent's watcher over the real gRPC
-    socket: each TaskExit carries the exit status and time the capture printed (an RFC 3339 string
-    in the 2020 one, {"seconds","nanos"} in containerd 1.7's), and none is a change of a container:
-    every captured exit's "id" is an exec's, not its container's. A container's own create from
-    the hand-written fixture, published after them on the same stream, is the only change."""
+def test_real_ctr_events_are_read_as_containerd_wrote_them_and_only_containers_own_changes_count(tmp_path):
+    """The captured lines (three public captures, see the fixture's header), served by the fake
+    containerd to the agent's watcher over the real gRPC socket.
+
+    Each line decodes to what the capture printed (exit times as an RFC 3339 string in the older
+    captures, as {"seconds","nanos"} in containerd 1.7's). The watcher's subscription lets through
+    the task and container events, not the image pull's. None is a change the agent reports: every
+    captured exit's "id" is an exec's, not its container's, and the one container created (the
+    kubelet's, in the MicroK8s capture) is unknown to Containers/Get (its labels were not
+    captured), as a container containerd no longer has. A container's create from the hand-written
+    fixture, published after them on the same stream, is the only change."""
     lines = captured_lines()
     exits = [event for _, topic, event in lines if topic == "/tasks/exit"]
     assert len(exits) == 3 and all(e["id"] != e["container_id"] for e in exits)
     assert {namespace for namespace, _, _ in lines} == {"k8s.io"}
 
     envelopes = read_ctr_events(CAPTURED)
-    decoded = [task_pb2.TaskExit.FromString(e.event.value) for e in envelopes if e.topic == "/tasks/exit"]
-    for event, written in zip(decoded, exits, strict=True):
-        assert (event.container_id, event.id, event.pid) == (
-            written["container_id"],
-            written["id"],
-            written["pid"],
-        )
-        assert event.exit_status == written.get("exit_status", 0)  # encoding/json leaves a 0 out
-        stamp = written["exited_at"]
+    for envelope, (namespace, topic, written) in zip(envelopes, lines, strict=True):
+        assert (envelope.namespace, envelope.topic) == (namespace, topic)
+        message = TOPICS[topic].FromString(envelope.event.value)
+        assert envelope.event.type_url == message.DESCRIPTOR.full_name
+        decoded = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        stamp, exited = written.pop("exited_at", None), decoded.pop("exited_at", None)
+        assert decoded == written  # zero values (exit_status 0) left out on both sides
         if isinstance(stamp, dict):
-            assert (event.exited_at.seconds, event.exited_at.nanos) == (stamp["seconds"], stamp["nanos"])
+            assert isinstance(message, task_pb2.TaskExit)
+            assert (message.exited_at.seconds, message.exited_at.nanos) == (stamp["seconds"], stamp["nanos"])
         else:
-            assert event.exited_at.ToJsonString() == stamp
+            assert exited == stamp
 
     created = next(
         e
@@ -374,6 +380,10 @@ def test_real_ctr_events_of_exec_probes_are_read_as_containerd_wrote_them_and_ch
         watcher.start()
         try:
             containerd.wait_subscribed(1)
+            filters, _ = containerd.subscriptions[0]
+            assert [e.topic for e in envelopes if matches(filters, e)] == [
+                topic for _, topic, _ in lines if topic.startswith(("/tasks/", "/containers/"))
+            ]
             assert containerd.release() == len(envelopes) + 1
             changes: list[RuntimeChange] = []
             deadline = time.monotonic() + 30

@@ -36,7 +36,7 @@ import grpc
 from google.protobuf import any_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 
-from gpulens.protos.containerd.events import container_pb2, task_pb2
+from gpulens.protos.containerd.events import container_pb2, image_pb2, snapshot_pb2, task_pb2
 from gpulens.protos.containerd.services.containers.v1 import containers_pb2, containers_pb2_grpc
 from gpulens.protos.containerd.services.events.v1 import events_pb2, events_pb2_grpc
 
@@ -50,8 +50,15 @@ TOPICS: dict[str, type[Message]] = {
     "/tasks/delete": task_pb2.TaskDelete,
     "/tasks/exec-added": task_pb2.TaskExecAdded,
     "/tasks/exec-started": task_pb2.TaskExecStarted,
+    "/images/create": image_pb2.ImageCreate,
+    "/images/update": image_pb2.ImageUpdate,
+    "/images/delete": image_pb2.ImageDelete,
+    "/snapshot/prepare": snapshot_pb2.SnapshotPrepare,
+    "/snapshot/commit": snapshot_pb2.SnapshotCommit,
+    "/snapshot/remove": snapshot_pb2.SnapshotRemove,
 }
-"""The message each topic carries (containerd's runtime/v2 and metadata packages publish them so)."""
+"""The message each topic carries (containerd's runtime/v2 and metadata packages publish them so;
+a real stream mixes the image and snapshot events of image pulls in with the containers')."""
 
 _LINE = re.compile(r"^(\S+ \S+) \+0000 UTC (\S+) (\S+) (\{.*\})$")
 _CONDITION = re.compile(r'^(\w+)(==|~=)"?(.*?)"?$')
