@@ -24,20 +24,25 @@ import time
 import urllib.request
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import fastavro
 from confluent_kafka import Consumer
+from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.platform import free_port
 from gpulens.producers.agent.collecting import Identity, RuntimeChange
+from gpulens.producers.agent.containerd import ContainerdWatcher
 from gpulens.producers.agent.events import ContainerTracker, LifecycleTracker, NodeIdentity
+from gpulens.protos.containerd.events import container_pb2, task_pb2
 from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.models import ChangeType, ContainerEvent, ContainerRuntimeState, DeviceAssignment
 from gpulens.schemas.model.topics import CONTAINERS, entity_key
 from gpulens.schemas.wire.codec import register, registry_client
 from gpulens.testing.examples import example_events
 from gpulens.testing.fake_containerd import (
+    TOPICS,
     Containerd,
     matches,
     read_ctr_containers,
@@ -49,6 +54,8 @@ from gpulens.testing.fake_kubelet import serving as serving_kubelet
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EVENTS, CONTAINERS_INFO = FIXTURES / "containerd_events.txt", FIXTURES / "containerd_containers.json"
+CAPTURED = FIXTURES / "containerd_events_captured.txt"
+"""Real `ctr events` lines (three public captures, see its header)."""
 
 POD_UID = "3f6c1e2a-7b1d-4c55-9a0e-5d2f8b6c9e41"
 MAIN_0 = "9bd8269ce7accbc089a0d0e85cef6a39575644be475782410d1d126f028a313d"
@@ -317,3 +324,76 @@ def test_an_agent_subscribed_mid_life_and_removals_out_of_order():
         (MAIN_0, GONE, DELETED, None, []),
     ]
     assert kubelet.held == {}  # forgotten: the kubelet's view, if it still lists it, is ADDED again
+
+
+def captured_lines() -> list[tuple[str, str, dict[str, Any]]]:
+    """(namespace, topic, event JSON) of each line of the real capture, read without our parser."""
+    found = []
+    for line in CAPTURED.read_text().splitlines():
+        if line and not line.startswith("#"):
+            head, _, payload = line.partition(" {")
+            *_, namespace, topic = head.split(" ")
+            found.append((namespace, topic, json.loads("{" + payload)))
+    return found
+
+
+def test_real_ctr_events_are_read_as_containerd_wrote_them_and_only_containers_own_changes_count(tmp_path):
+    """The captured lines (three public captures, see the fixture's header), served by the fake
+    containerd to the agent's watcher over the real gRPC socket.
+
+    Each line decodes to what the capture printed (exit times as an RFC 3339 string in the older
+    captures, as {"seconds","nanos"} in containerd 1.7's). The watcher's subscription lets through
+    the task and container events, not the image pull's. None is a change the agent reports: every
+    captured exit's "id" is an exec's, not its container's, and the one container created (the
+    kubelet's, in the MicroK8s capture) is unknown to Containers/Get (its labels were not
+    captured), as a container containerd no longer has. A container's create from the hand-written
+    fixture, published after them on the same stream, is the only change."""
+    lines = captured_lines()
+    exits = [event for _, topic, event in lines if topic == "/tasks/exit"]
+    assert len(exits) == 3 and all(e["id"] != e["container_id"] for e in exits)
+    assert {namespace for namespace, _, _ in lines} == {"k8s.io"}
+
+    envelopes = read_ctr_events(CAPTURED)
+    for envelope, (namespace, topic, written) in zip(envelopes, lines, strict=True):
+        assert (envelope.namespace, envelope.topic) == (namespace, topic)
+        message = TOPICS[topic].FromString(envelope.event.value)
+        assert envelope.event.type_url == message.DESCRIPTOR.full_name
+        decoded = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        stamp, exited = written.pop("exited_at", None), decoded.pop("exited_at", None)
+        assert decoded == written  # zero values (exit_status 0) left out on both sides
+        if isinstance(stamp, dict):
+            assert isinstance(message, task_pb2.TaskExit)
+            assert (message.exited_at.seconds, message.exited_at.nanos) == (stamp["seconds"], stamp["nanos"])
+        else:
+            assert exited == stamp
+
+    created = next(
+        e
+        for e in read_ctr_events(EVENTS)
+        if e.topic == "/containers/create"
+        and container_pb2.ContainerCreate.FromString(e.event.value).id == MAIN_0
+    )
+    socket_path = tmp_path / "containerd.sock"
+    containerd = Containerd([*envelopes, created], read_ctr_containers(CONTAINERS_INFO))
+    watcher = ContainerdWatcher(socket_path, retry_min_s=0.05, retry_max_s=0.2)
+    with serving(socket_path, containerd):
+        watcher.start()
+        try:
+            containerd.wait_subscribed(1)
+            filters, _ = containerd.subscriptions[0]
+            assert [e.topic for e in envelopes if matches(filters, e)] == [
+                topic for _, topic, _ in lines if topic.startswith(("/tasks/", "/containers/"))
+            ]
+            assert containerd.release() == len(envelopes) + 1
+            changes: list[RuntimeChange] = []
+            deadline = time.monotonic() + 30
+            while not changes:
+                assert time.monotonic() < deadline, "no change from the stream"
+                changes += watcher.changes()
+                time.sleep(0.02)
+        finally:
+            watcher.close()
+    changes += watcher.changes()
+    assert [(c.container_id, c.identity.key, c.state, c.at) for c in changes] == [
+        (MAIN_0, ("ml", "train-0", "main"), CREATED, at("12:00:01.200"))
+    ]

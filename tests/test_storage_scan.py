@@ -1,11 +1,13 @@
 """The storage scan end to end: fake API server (PVs, claims, classes, kubelet summaries) -> watcher
 -> real broker -> StorageEvents; and those events -> sink -> real ClickHouse -> the API.
 
-The fixtures (tests/fixtures/storage/, see its README) are real `kubectl get ... -o json` and
-kubelet ``/stats/summary`` shapes. What each volume should become is computed here from the
-fixture JSON by rules written out independently (a claim's status.capacity, else the volume's;
-the newest measurement of a claim over the nodes), with the kind and driver of each volume
-written by hand from reading the fixtures.
+The fixtures (tests/fixtures/storage/, see its README) are `kubectl get ... -o json` and kubelet
+``/stats/summary`` output: a cluster written by hand to their shapes, and captures from real
+clusters (``captured-*``: a csi-driver-nfs class, claim and volume; a kubelet's measurement of a
+claim). What each volume should become is computed here from the fixture JSON by rules written
+out independently (a claim's status.capacity, else the volume's; the newest measurement of a
+claim over the nodes), with the kind and driver of each volume written by hand from reading the
+fixtures.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from gpulens.api.settings import ApiSettings
 from gpulens.config import GPULensSettings
 from gpulens.producers.kubernetes import GpuCatalog, KubeApi, Translator, Watcher, read_published
 from gpulens.producers.kubernetes.settings import WatcherSettings
-from gpulens.producers.kubernetes.volumes import StorageContext, VolumeTranslator
+from gpulens.producers.kubernetes.usage import measure
+from gpulens.producers.kubernetes.volumes import StorageContext, VolumeTranslator, VolumeUsage
 from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.model.models import ChangeType, StorageEvent
 from gpulens.schemas.model.topics import STORAGE
@@ -47,6 +50,13 @@ FSX = "pvc-5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d"
 LOCAL = "local-pv-gpu-node-1-nvme0"
 EBS = "pvc-e1f2a3b4-c5d6-4e7f-8a9b-0c1d2e3f4a5b"
 HOSTPATH = "models-hostpath"
+CAPTURED_NFS = "pvc-2eee4110-3dc8-4ed3-b3c5-40581ec9319d"
+"""The volume csi-driver-nfs provisioned in a real cluster (captured-nfs-csi-*.json)."""
+CAPTURED = (
+    ("storageclasses", "captured-nfs-csi-storageclasses.json"),
+    ("persistentvolumeclaims", "captured-nfs-csi-persistentvolumeclaims.json"),
+    ("persistentvolumes", "captured-nfs-csi-persistentvolumes.json"),
+)
 
 KIND_AND_DRIVER = {
     JUICEFS: ("juicefs", "csi.juicefs.com"),
@@ -56,6 +66,7 @@ KIND_AND_DRIVER = {
     LOCAL: ("local", "kubernetes.io/no-provisioner"),
     EBS: ("csi", "ebs.csi.aws.com"),
     HOSTPATH: ("hostpath", None),
+    CAPTURED_NFS: ("nfs", "nfs.csi.k8s.io"),
 }
 """Read off the fixtures: the kind each volume is and the driver or provisioner that serves it."""
 NODE_AND_MOUNT = {
@@ -336,3 +347,53 @@ def test_a_driver_not_listed_is_known_by_its_name_and_the_settings_can_name_more
     ]
     assert kind("fsx.csi.aws.com") == "csi"  # the settings replace the default table
     assert kind("disk.csi.azure.com") == "csi"
+
+
+def test_a_volume_captured_from_a_real_cluster_is_published_with_its_claims_capacity(
+    platform, codec, cluster, published
+) -> None:
+    """A real `kubectl get storageclass,pvc,pv -o yaml` of csi-driver-nfs's dynamic provisioning
+    (20Gi claim jlab/jupyterhub-shared-volume of class nfs-csi), served by the fake API server and
+    scanned once: one volume, of kind nfs, its claim, class and capacity as the capture says."""
+    with FakeKube() as kube:
+        for plural, name in CAPTURED:
+            for obj in load(name)["items"]:
+                kube.create(plural, obj)
+        watcher, api = make_watcher(platform, codec, kube, cluster)
+        watcher.run_once()
+        api.close()
+    (volume,) = load("captured-nfs-csi-persistentvolumes.json")["items"]
+    (claim,) = load("captured-nfs-csi-persistentvolumeclaims.json")["items"]
+    (storage_class,) = load("captured-nfs-csi-storageclasses.json")["items"]
+    assert volume["spec"]["csi"]["driver"] == storage_class["provisioner"] == KIND_AND_DRIVER[CAPTURED_NFS][1]
+    expected = expected_volumes([volume], [claim], [])
+    assert expected[CAPTURED_NFS][2:5] == ("nfs-csi", "jlab", "jupyterhub-shared-volume")
+    assert expected[CAPTURED_NFS][7] == size(claim["status"]["capacity"]["storage"]) == 20 * UNITS["Gi"]
+    events = storage_events(published)
+    assert {e.name: observed(e) for e in events} == expected
+    assert [e.type for e in events] == [ChangeType.ADDED]
+
+
+def test_a_claims_usage_captured_from_a_real_kubelet_is_read_through_the_node_proxy() -> None:
+    """A real kubelet's ``/stats/summary`` entry for a claim's volume (an AKS node, Azure Disk):
+    the pod's ``volume`` list as captured, served as that node's summary by the fake API server."""
+    captured = load("captured-summary-volume-aks.json")
+    (volume,) = captured["volume"]
+    with FakeKube() as kube:
+        kube.create("nodes", {"metadata": {"name": "aks-node"}, "status": {}})
+        kube.set_summary("aks-node", {"pods": [captured]})
+        api = KubeApi(Configuration(host=kube.url), request_timeout_s=5)
+        try:
+            measured = measure(api)
+        finally:
+            api.close()
+    ref = volume["pvcRef"]
+    assert measured.reports == [
+        VolumeUsage(
+            claim=(ref["namespace"], ref["name"]),
+            time=datetime(2022, 11, 28, 9, 0, 35, tzinfo=UTC),
+            used_bytes=volume["usedBytes"],
+            available_bytes=volume["availableBytes"],
+        )
+    ]
+    assert (volume["usedBytes"], volume["availableBytes"]) == (100524032, 107171033088)

@@ -1,9 +1,10 @@
 """A containerd for tests: its real gRPC services on a unix socket, serving a recorded event stream.
 
 ``Events/Subscribe`` and ``Containers/Get`` are served with the generated servicers of
-containerd's own API (gpulens/protos/containerd/) from two fixtures of real tool output: the
+containerd's own API (gpulens/protos/containerd/) from transcripts in the tools' formats: the
 event stream as ``ctr events`` prints it and each container as ``ctr containers info`` prints
-it (tests/fixtures/containerd_events.txt and containerd_containers.json). As containerd does:
+it (tests/fixtures/: containerd_events_captured.txt is real output, containerd_events.txt and
+containerd_containers.json are written to its shape; see the README there). As containerd does:
 
 - an event is published when the test releases it (:meth:`Containerd.release`), and reaches
   the subscribers subscribed at that moment (nothing is replayed to a later one);
@@ -13,8 +14,10 @@ it (tests/fixtures/containerd_events.txt and containerd_containers.json). As con
 - Get needs the ``containerd-namespace`` header (FAILED_PRECONDITION without it) and answers
   NOT_FOUND for a container whose ``/containers/delete`` was published.
 
-Go's encoding/json writes a google.protobuf.Timestamp as ``{"seconds", "nanos"}`` and an Any as
-``{"type_url", "value"}``; the timestamps are read as such, the Anys (runtime options) left out.
+Go's encoding/json writes a google.protobuf.Timestamp as ``{"seconds", "nanos"}`` (containerd
+1.7 on; before it, gogo's stdtime as an RFC 3339 string, which the protobuf JSON mapping reads
+as it is) and an Any as ``{"type_url", "value"}``; the timestamps are read as such, the Anys
+(runtime options) left out.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import grpc
 from google.protobuf import any_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 
-from gpulens.protos.containerd.events import container_pb2, task_pb2
+from gpulens.protos.containerd.events import container_pb2, image_pb2, snapshot_pb2, task_pb2
 from gpulens.protos.containerd.services.containers.v1 import containers_pb2, containers_pb2_grpc
 from gpulens.protos.containerd.services.events.v1 import events_pb2, events_pb2_grpc
 
@@ -47,8 +50,15 @@ TOPICS: dict[str, type[Message]] = {
     "/tasks/delete": task_pb2.TaskDelete,
     "/tasks/exec-added": task_pb2.TaskExecAdded,
     "/tasks/exec-started": task_pb2.TaskExecStarted,
+    "/images/create": image_pb2.ImageCreate,
+    "/images/update": image_pb2.ImageUpdate,
+    "/images/delete": image_pb2.ImageDelete,
+    "/snapshot/prepare": snapshot_pb2.SnapshotPrepare,
+    "/snapshot/commit": snapshot_pb2.SnapshotCommit,
+    "/snapshot/remove": snapshot_pb2.SnapshotRemove,
 }
-"""The message each topic carries (containerd's runtime/v2 and metadata packages publish them so)."""
+"""The message each topic carries (containerd's runtime/v2 and metadata packages publish them so;
+a real stream mixes the image and snapshot events of image pulls in with the containers')."""
 
 _LINE = re.compile(r"^(\S+ \S+) \+0000 UTC (\S+) (\S+) (\{.*\})$")
 _CONDITION = re.compile(r'^(\w+)(==|~=)"?(.*?)"?$')
