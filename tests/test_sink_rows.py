@@ -28,6 +28,8 @@ from gpulens.schemas.model.models import (
     NodeEvent,
     NodeGpuAllocation,
     PodEvent,
+    ReclaimDecision,
+    ReclaimVerdict,
     WorkloadGpuUsage,
 )
 from gpulens.schemas.model.topics import (
@@ -40,6 +42,7 @@ from gpulens.schemas.model.topics import (
     NODE_ALLOCATION,
     NODES,
     PODS,
+    RECLAIM_AUDIT,
     STORAGE,
     WORKLOAD_USAGE,
 )
@@ -156,9 +159,9 @@ def test_every_record_type_lands_in_its_tables_with_its_values(sink, unique) -> 
         )
     ]
     assert rows(
-        "SELECT kind, api_group, api_version, status, gpu_request, replicas FROM workloads FINAL "
+        "SELECT kind, api_group, api_version, status, gpu_request, replicas, admitted FROM workloads FINAL "
         "WHERE cluster = {c:String}"
-    ) == [("PyTorchJob", "kubeflow.org", "v1", "Running", 16.0, 2)]
+    ) == [("PyTorchJob", "kubeflow.org", "v1", "Running", 16.0, 2, None)]
     assert rows(
         "SELECT gpu_index, model, vram_total_bytes FROM gpu_devices FINAL WHERE cluster = {c:String} "
         "ORDER BY gpu_index"
@@ -379,7 +382,16 @@ def test_derived_records_land_in_their_tables(sink, unique) -> None:
     sink.publish(DEVICE_CHANGELOG, changes)
     sink.publish(ALERTS, alerts)
     sink.publish(WORKLOAD_USAGE, [usage])
+    decision = ReclaimDecision(
+        event_id=event_id(cluster, "r"), cluster=cluster, event_time=at, source="gpulens-reclaim",
+        run_id="run-1", policy="sandbox", dry_run=True, verdict=ReclaimVerdict.WOULD_ACT, reason="idle",
+        action="delete", workload_uid="w1", workload_kind="Job", workload_name="llama", namespace="ml",
+        targets=["Job/ml/llama", "Service/ml/llama"], checks=5, idle_checks=5, utilization_max=0.5,
+        idle_until=at,
+    )  # fmt: skip
     sink.publish(IDLE_GPU_HOURS, [idle])
+    sink.publish(RECLAIM_AUDIT, [decision])
+    sink.wait_rows("reclaim_decisions", 1)
     sink.wait_rows("device_changelog", 2)
     sink.wait_rows("alerts", 1)
     sink.wait_rows("workload_gpu_usage", 1)
@@ -404,3 +416,7 @@ def test_derived_records_land_in_their_tables(sink, unique) -> None:
         "SELECT owner_labels['team'], active_gpu_hours + idle_gpu_hours + memory_idle_gpu_hours "
         "+ unmeasured_gpu_hours + unallocated_gpu_hours FROM idle_gpu_hours FINAL WHERE cluster = {c:String}"
     ) == [("vision", 1.0)]
+    assert rows(
+        "SELECT dry_run, verdict, action, targets, idle_checks, cpu_millicores_max FROM reclaim_decisions "
+        "FINAL WHERE cluster = {c:String}"
+    ) == [(True, "WOULD_ACT", "delete", ["Job/ml/llama", "Service/ml/llama"], 5, None)]

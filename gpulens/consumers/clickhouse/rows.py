@@ -30,6 +30,7 @@ from gpulens.schemas.model.models import (
     NodeGpuAllocation,
     PendingGpuPod,
     PodEvent,
+    ReclaimDecision,
     Record,
     StorageEvent,
     WorkloadEvent,
@@ -91,7 +92,7 @@ WORKLOADS = Layout(
     ("workloads", "workload_events"),
     *("cluster", "uid", "namespace", "name", "kind", ("api_group", "group"), ("api_version", "version")),
     *("parent_uid", ("type", "type.value"), ("status", "status.value"), "gpu_request", "replicas"),
-    *("labels", "creation_time", "resource_version", *EVENT),
+    *("admitted", "admission_message", "labels", "creation_time", "resource_version", *EVENT),
 )
 CONTAINERS = Layout(
     ContainerEvent,
@@ -186,11 +187,13 @@ ALERTS = Layout(Alert, "alerts", *Alert.model_fields)
 DEVICE_CHANGELOG = Layout(DeviceChange, "device_changelog", *DeviceChange.model_fields)
 IDLE_GPU_HOURS = Layout(IdleGpuHours, "idle_gpu_hours", *IdleGpuHours.model_fields)
 PENDING_GPU_PODS = Layout(PendingGpuPod, "pending_gpu_pods", *PendingGpuPod.model_fields)
+RECLAIM_DECISIONS = Layout(ReclaimDecision, "reclaim_decisions", *ReclaimDecision.model_fields)
 
 LAYOUTS: tuple[Layout[Any], ...] = (
     *(NODES, PODS, WORKLOADS, CONTAINERS, CONTAINER_DEVICES, GPU_DEVICES, RDMA_DEVICES, SAMPLES),
     *(CLUSTER_GPU_ALLOCATION, NODE_GPU_ALLOCATION, DEAD_LETTERS, WORKLOAD_GPU_USAGE, CLUSTER_OVERVIEW),
     *(ALERTS, DEVICE_CHANGELOG, GPU_HEALTH, IDLE_GPU_HOURS, PENDING_GPU_PODS, STORAGE_VOLUMES),
+    RECLAIM_DECISIONS,
 )
 """Every table the sink writes, described (watermarks: none)."""
 
