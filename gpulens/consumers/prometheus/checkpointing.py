@@ -28,7 +28,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from gpulens.consumers.prometheus.exceptions import ExporterError
@@ -72,9 +72,10 @@ class ExporterCheckpoint:
         self, kafka: KafkaSettings, codec: AvroCodec, *, group_id: str, topics: Sequence[TopicSpec]
     ) -> None:
         self._log = StateLog(kafka, state_log_topic(group_id))
-        self._producer = Producer(
-            kafka.librdkafka(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20})
-        )
+        self._kafka = kafka
+        self._failed: KafkaError | None = None
+        """The producer's fatal error, once it had one (its error callback says so)."""
+        self._producer = self._new_producer()
         self._admin = AdminClient(kafka.librdkafka())
         """Cuts the state log behind its newest acknowledged snapshot."""
         self._codec = codec
@@ -105,9 +106,51 @@ class ExporterCheckpoint:
             series += 1
         return Restore(series, dict(self._offsets), restored.records_read, restored.seconds)
 
+    def _new_producer(self) -> Producer:
+        self._failed = None
+        return Producer(
+            self._kafka.librdkafka(
+                **{"enable.idempotence": True, "acks": "all", "linger.ms": 20, "error_cb": self._error}
+            )
+        )
+
+    def _error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._failed = error
+
     def write(self, state: LatestState, offsets: dict[Partition, int]) -> int:
         """Write the series changed since the last call, then ``offsets``, and wait until the
-        broker has them all; the records written (:class:`ExporterError` if it has not)."""
+        broker has them all; the records written (:class:`ExporterError` if it has not).
+
+        A broker that lost records it had acknowledged (the embedded one after a SIGKILL)
+        leaves the idempotent producer failed for good (OUT_OF_ORDER_SEQUENCE_NUMBER), and
+        records of this or the last write may be lost with it: a new producer then writes a
+        snapshot of every series and offset, instead of the exporter exiting."""
+        try:
+            written = self._write(state, offsets)
+        except KafkaException as err:
+            if not err.args[0].fatal():
+                raise
+            self._failed = err.args[0]
+        if self._failed is None:
+            return written
+        log.warning(
+            "state log %s: the producer failed (%s): a new one writes every series again",
+            self._log.topic,
+            self._failed.str(),
+        )
+        self._producer = self._new_producer()
+        live = state.live()
+        count = len(live) + len(self._offsets)
+        self._log.snapshot(self._producer, lambda: self._everything(state, live), count)
+        self._flushed()
+        self.written += count
+        return count
+
+    def _everything(self, state: LatestState, live: Sequence[SeriesKey]) -> Entries:
+        return [*self._rows(state, live), *_offset_entries(self._offsets)]
+
+    def _write(self, state: LatestState, offsets: dict[Partition, int]) -> int:
         moved = {p: o for p, o in offsets.items() if self._offsets.get(p) != o}
         self._offsets.update(moved)
         entries = [*self._rows(state, state.changed()), *_offset_entries(moved)]
@@ -116,15 +159,19 @@ class ExporterCheckpoint:
             live = state.live()
             count = len(live) + len(self._offsets)
             if self._log.snapshot_due(count):
-                self._log.snapshot(
-                    self._producer, lambda: [*self._rows(state, live), *_offset_entries(self._offsets)], count
-                )
+                self._log.snapshot(self._producer, lambda: self._everything(state, live), count)
                 written += count
-        if self._producer.flush(30):
-            raise ExporterError(f"state log {self._log.topic}: checkpoint not acknowledged within 30 s")
-        self._log.cut(self._admin)
+        self._flushed()
         self.written += written
         return written
+
+    def _flushed(self) -> None:
+        """Wait for the broker to have every record written, then cut the log behind its newest
+        whole snapshot."""
+        if self._producer.flush(30):
+            raise ExporterError(f"state log {self._log.topic}: checkpoint not acknowledged within 30 s")
+        if self._failed is None:
+            self._log.cut(self._admin)
 
     def _rows(self, state: LatestState, keys: Sequence[SeriesKey] | set[SeriesKey]) -> Entries:
         """Rows as they arrived; one applied without its bytes is encoded, outside the state's
