@@ -23,17 +23,16 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes.client import Configuration
 from sink_support import SinkThread
-from watcher_support import Published, RunningWatcher, wait_for, watcher_settings
+from watcher_support import Published, RunningWatcher, make_watcher, wait_for, watcher_settings
 
 from gpulens.api.app import build_app
 from gpulens.api.reading import Reader
 from gpulens.api.settings import ApiSettings
 from gpulens.config import GPULensSettings
-from gpulens.producers.kubernetes import GpuCatalog, KubeApi, Translator, Watcher, read_published
+from gpulens.producers.kubernetes import KubeApi, Watcher
 from gpulens.producers.kubernetes.settings import WatcherSettings
 from gpulens.producers.kubernetes.usage import measure
 from gpulens.producers.kubernetes.volumes import StorageContext, VolumeTranslator, VolumeUsage
-from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.model.models import ChangeType, StorageEvent
 from gpulens.schemas.model.topics import STORAGE
 from gpulens.schemas.wire.codec import AvroCodec
@@ -145,18 +144,11 @@ def storage_settings() -> WatcherSettings:
     return watcher_settings().model_copy(update={"storage_usage_interval_s": 0.2})
 
 
-def make_watcher(
+def storage_watcher(
     platform: GPULensSettings, codec: AvroCodec, kube: FakeKube, cluster: str
 ) -> tuple[Watcher, KubeApi]:
-    settings = storage_settings()
-    api = KubeApi(Configuration(host=kube.url), request_timeout_s=settings.request_timeout_s)
-    return Watcher(
-        api=api,
-        settings=settings,
-        translator=Translator(cluster, settings.source, GpuCatalog.from_settings(settings)),
-        publisher=EventPublisher(platform.kafka, codec),
-        restore=lambda: read_published(platform.kafka, codec, cluster=cluster, source=settings.source),
-    ), api
+    watcher, api, _ = make_watcher(platform, codec, kube, cluster, storage_settings())
+    return watcher, api
 
 
 @pytest.fixture
@@ -167,30 +159,8 @@ def kube() -> Iterator[FakeKube]:
 
 
 @pytest.fixture
-def cluster(unique: str) -> str:
-    return f"storage-{unique}"
-
-
-@pytest.fixture
-def published(platform: GPULensSettings, codec: AvroCodec, cluster: str) -> Iterator[Published]:
-    reader = Published(platform, codec, cluster)
-    yield reader
-    reader.close()
-
-
-@pytest.fixture
-def start_watcher(
-    platform: GPULensSettings, codec: AvroCodec, kube: FakeKube, cluster: str
-) -> Iterator[Callable[[], RunningWatcher]]:
-    running: list[RunningWatcher] = []
-
-    def start() -> RunningWatcher:
-        running.append(RunningWatcher(*make_watcher(platform, codec, kube, cluster), None))
-        return running[-1]
-
-    yield start
-    for watcher in running:
-        watcher.halt()
+def start_storage_watcher(start_watcher: Callable[..., RunningWatcher]) -> Callable[[], RunningWatcher]:
+    return lambda: start_watcher(settings=storage_settings())
 
 
 def storage_events(published: Published) -> list[StorageEvent]:
@@ -208,12 +178,12 @@ def set_usage(summary: dict, claim: str, *, used: int, time: str) -> dict:
 
 
 def test_volumes_are_published_with_kind_capacity_and_usage_and_follow_changes(
-    kube, start_watcher, published
+    kube, start_storage_watcher, published
 ) -> None:
     volumes, claims = load("persistentvolumes.json")["items"], load("persistentvolumeclaims.json")["items"]
     summaries = [load("summary-gpu-node-1.json"), load("summary-gpu-node-2.json")]
     expected = expected_volumes(volumes, claims, summaries)
-    first = start_watcher()
+    first = start_storage_watcher()
     published.wait(*[("StorageEvent", name, ChangeType.ADDED) for name in expected])
     events = storage_events(published)
     assert {e.name: observed(e) for e in events} == expected  # whole at once: usage before volumes
@@ -252,7 +222,7 @@ def test_volumes_are_published_with_kind_capacity_and_usage_and_follow_changes(
     # A restart publishes nothing again (the usage published is the usage known at start) but the
     # volume deleted while no watcher ran.
     kube.delete("persistentvolumes", EBS, namespace="")
-    start_watcher()
+    start_storage_watcher()
     list_before = kube.count("GET", "persistentvolumes")
     wait_for(
         lambda: kube.count("GET", "persistentvolumes") > list_before, what="the restarted watcher's list"
@@ -271,7 +241,7 @@ def test_volumes_are_published_with_kind_capacity_and_usage_and_follow_changes(
 
 
 def test_volumes_land_in_clickhouse_and_the_api_lists_them(platform, codec, kube, cluster, published, unique):
-    watcher, api = make_watcher(platform, codec, kube, cluster)
+    watcher, api = storage_watcher(platform, codec, kube, cluster)
     watcher.run_once()  # `gpulens watch --once`: classes, claims, one usage round, then volumes
     api.close()
     events = storage_events(published)
@@ -359,7 +329,7 @@ def test_a_volume_captured_from_a_real_cluster_is_published_with_its_claims_capa
         for plural, name in CAPTURED:
             for obj in load(name)["items"]:
                 kube.create(plural, obj)
-        watcher, api = make_watcher(platform, codec, kube, cluster)
+        watcher, api = storage_watcher(platform, codec, kube, cluster)
         watcher.run_once()
         api.close()
     (volume,) = load("captured-nfs-csi-persistentvolumes.json")["items"]

@@ -178,25 +178,35 @@ def watcher_settings(*, identity: str | None = None, watch_timeout_s: int = 5) -
     )
 
 
+def make_watcher(
+    platform: GPULensSettings, codec: AvroCodec, kube: FakeKube, cluster: str, settings: WatcherSettings
+) -> tuple[Watcher, KubeApi, LeaseElector | None]:
+    """A watcher of ``cluster`` on the fake API server, publishing to the platform's broker."""
+    api = KubeApi(Configuration(host=kube.url), request_timeout_s=settings.request_timeout_s)
+    elector = LeaseElector(api, settings.lease) if settings.lease.enabled else None
+    watcher = Watcher(
+        api=api,
+        settings=settings,
+        translator=Translator(cluster, settings.source, GpuCatalog.from_settings(settings)),
+        publisher=EventPublisher(platform.kafka, codec),
+        restore=lambda: read_published(platform.kafka, codec, cluster=cluster, source=settings.source),
+        elector=elector,
+    )
+    return watcher, api, elector
+
+
 @pytest.fixture
 def start_watcher(
     platform: GPULensSettings, codec: AvroCodec, kube: FakeKube, cluster: str
 ) -> Iterator[Callable[..., RunningWatcher]]:
     running: list[RunningWatcher] = []
 
-    def start(*, identity: str | None = None, watch_timeout_s: int = 5) -> RunningWatcher:
-        settings = watcher_settings(identity=identity, watch_timeout_s=watch_timeout_s)
-        api = KubeApi(Configuration(host=kube.url), request_timeout_s=settings.request_timeout_s)
-        elector = LeaseElector(api, settings.lease) if settings.lease.enabled else None
-        watcher = Watcher(
-            api=api,
-            settings=settings,
-            translator=Translator(cluster, settings.source, GpuCatalog.from_settings(settings)),
-            publisher=EventPublisher(platform.kafka, codec),
-            restore=lambda: read_published(platform.kafka, codec, cluster=cluster, source=settings.source),
-            elector=elector,
-        )
-        running.append(RunningWatcher(watcher, api, elector))
+    def start(
+        *, identity: str | None = None, watch_timeout_s: int = 5, settings: WatcherSettings | None = None
+    ) -> RunningWatcher:
+        """``settings``: these instead of :func:`watcher_settings`'s."""
+        chosen = settings or watcher_settings(identity=identity, watch_timeout_s=watch_timeout_s)
+        running.append(RunningWatcher(*make_watcher(platform, codec, kube, cluster, chosen)))
         return running[-1]
 
     yield start

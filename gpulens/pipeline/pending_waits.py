@@ -147,6 +147,8 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
             return []
         rows = self._closed_by(event)
         cluster = self._enter(event)
+        if isinstance(event, WorkloadEvent) and event.admitted is None:
+            return rows  # not a queued workload: it never waits here, and changes no verdict
         cluster.changed = True
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
@@ -199,10 +201,7 @@ class PendingWaits(BaseWindowedAggregator[_Cluster, PendingGpuPod]):
         changed.add(("pending", cluster.name, uid))
 
     def _queued(self, cluster: _Cluster, event: WorkloadEvent) -> None:
-        """A Kueue Workload waits while its queue has not admitted it (``admitted`` is None
-        for every other kind of workload, which never waits here)."""
-        if event.admitted is None:
-            return
+        """A Kueue Workload waits while its queue has not admitted it."""
         uid = event.uid
         waiting = (
             not event.admitted

@@ -26,7 +26,6 @@ import json
 import re
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +38,7 @@ from google.protobuf.message import Message
 from gpulens.protos.containerd.events import container_pb2, image_pb2, snapshot_pb2, task_pb2
 from gpulens.protos.containerd.services.containers.v1 import containers_pb2, containers_pb2_grpc
 from gpulens.protos.containerd.services.events.v1 import events_pb2, events_pb2_grpc
+from gpulens.testing.grpc_sockets import unix_socket_server
 
 TOPICS: dict[str, type[Message]] = {
     "/containers/create": container_pb2.ContainerCreate,
@@ -222,12 +222,10 @@ def _key(stamp: timestamp_pb2.Timestamp) -> tuple[int, int]:
 def serving(socket_path: Path, containerd: Containerd) -> Iterator[Containerd]:
     """``containerd`` answering on ``socket_path`` until the block ends (then its streams break,
     as when containerd restarts)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    events_pb2_grpc.add_EventsServicer_to_server(containerd, server)
-    containers_pb2_grpc.add_ContainersServicer_to_server(containerd, server)
-    server.add_insecure_port(f"unix://{socket_path}")
-    server.start()
-    try:
+
+    def register(server: grpc.Server) -> None:
+        events_pb2_grpc.add_EventsServicer_to_server(containerd, server)
+        containers_pb2_grpc.add_ContainersServicer_to_server(containerd, server)
+
+    with unix_socket_server(socket_path, register):
         yield containerd
-    finally:
-        server.stop(grace=None).wait()

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from gpulens.protos.podresources.v1 import api_pb2, api_pb2_grpc
+from gpulens.testing.grpc_sockets import unix_socket_server
 
 Pods = dict[tuple[str, str], dict[str, list[str]]]
 """(namespace, pod) -> resource name -> device ids, all in one container "main"."""
@@ -48,11 +49,7 @@ class Kubelet(api_pb2_grpc.PodResourcesListerServicer):
 def serving(socket_path: Path) -> Iterator[Kubelet]:
     """A kubelet answering on ``socket_path`` until the block ends."""
     servicer = Kubelet()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
-    server.add_insecure_port(f"unix://{socket_path}")
-    server.start()
-    try:
+    with unix_socket_server(
+        socket_path, partial(api_pb2_grpc.add_PodResourcesListerServicer_to_server, servicer), workers=2
+    ):
         yield servicer
-    finally:
-        server.stop(grace=None).wait()

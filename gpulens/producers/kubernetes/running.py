@@ -79,7 +79,8 @@ class Watcher:
         self._publisher = publisher
         self._restore = restore
         self._elector = elector
-        self._workloads = workload_kinds(settings)
+        self._workloads: tuple[ResourceKind, ...] = ()
+        """The workload kinds watched: set by :meth:`_discover` at each session."""
         self._volumes = (
             VolumeTranslator(translator.cluster, translator.source, settings.storage_kinds)
             if settings.storage
