@@ -475,10 +475,14 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
         120,
         "the workload view with both active pods (its pods come through the forwarding topic)",
     )
+
+    def firmware_of_node_a() -> list[str]:
+        devices = (app.get(f"/nodes/{cluster}/node-a")[1] or {}).get("devices") or {}
+        return [gpu["firmware_version"] for gpu in devices.get("gpus", [])]
+
+    # The first inventory can show before the one with new firmware: wait for the last.
     wait_until(
-        lambda: (app.get(f"/nodes/{cluster}/node-a")[1] or {}).get("devices") is not None,
-        60,
-        "node-a's devices",
+        lambda: firmware_of_node_a() == ["MEC 178", "MEC 178"], 60, "node-a's devices with new firmware"
     )
 
     status, found = app.get(f"/pods/{cluster}/p1")
@@ -489,7 +493,6 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
     assert found["children"][0]["parent_uid"] == "deploy-1"
     status, found = app.get(f"/nodes/{cluster}/node-a")
     assert found["node"]["node"] == "node-a"
-    assert [gpu["firmware_version"] for gpu in found["devices"]["gpus"]] == ["MEC 178", "MEC 178"]
     for path in (f"/pods/{cluster}/nope", f"/workloads/{cluster}/nope", f"/nodes/{cluster}/node-c"):
         assert app.get(path)[0] == 404, path
 
