@@ -1,26 +1,41 @@
 """Restart cost of the worker: restore from checkpointed state versus re-reading history.
 
-    python -m bench.restart [--nodes 1250] [--histories 10,60] [--new-seconds 40] [--cold]
+    python -m bench.restart [--nodes 1250] [--histories 10,60] [--history-speed 2]
+                            [--new-seconds 40] [--cold]
 
 For each history length (simulated minutes), on a private platform of its own (noida-db
 broker, registry; free ports, a temporary directory):
 
-1. ``gpulens simulate`` publishes the history: ``--nodes`` nodes of 8 GPUs sampled every 2 s
-   (1,250 nodes = 10,000 GPUs), unpaced;
-2. ``gpulens worker`` (every processor, 30 s windows) runs until its committed offsets reach
-   the inputs' ends (its ``gpulens_consumer_lag_records`` reads 0), and is killed with SIGKILL;
+1. ``gpulens worker`` (every processor, 30 s windows) starts on the empty inputs; once it
+   has measured its lag, ``gpulens simulate`` publishes the history beside it, paced at
+   ``--history-speed`` times real time: ``--nodes`` nodes of 8 GPUs sampled every 2 s (1,250
+   nodes = 10,000 GPUs).
+   A worker that keeps up keeps its lag, hence every fetch, small. An unpaced history
+   caught up on afterwards cannot be built at 10,000 GPUs: noida-db ignores
+   ``fetch.max.bytes`` and ``max.partition.fetch.bytes`` and answers a fetch with everything
+   from its offset on, and a new group's first fetch of 60 minutes of it is a response of more
+   than 2 GiB, which no client can receive. The speed must be one the worker keeps up with on
+   the machine: the largest lag seen while following is printed (``max lag``). At 10,000 GPUs
+   on the shared 2 cores (load 8-13) it followed about 1.4 times real time: at 2 its lag
+   reached 120,000 records in 10 minutes, and 640,000 in 60 (after which noida-db, 7.8 GB
+   resident, stopped answering);
+2. once the simulation has ended, the worker runs until its committed offsets reach the
+   inputs' ends (its ``gpulens_consumer_lag_records`` reads 0 in a measurement taken after the
+   end), and is killed with SIGKILL;
 3. a second simulation publishes ``--new-seconds`` of new data right after the history (the
    history's final watermark closed the window holding its end: the new data must reach past
    that window for a new row to exist);
 4. the worker is started again, and measured from its start to its first new output row (the
    first ``cluster_gpu_allocation`` row of the cluster after the restart): wall seconds, its
    CPU seconds until then, the state keys it restored, the records it read and its peak RSS
-   (the catch-up's peak RSS is shown too).
+   (the history's wall and CPU seconds and peak RSS are shown too). The restart only reads
+   the new records (it restores its state from the changelogs), so its fetches stay small.
 
 ``--cold`` also measures the same restart with a new consumer group (no checkpoint: it reads
 every input from the beginning, as every restart did before checkpoints) for the first
-history length: the baseline. Prints the figures and the ratio of the longest history's
-restart to the shortest's; never asserts.
+history length: the baseline (on noida-db, only for a history short enough for one fetch).
+Prints the figures and the ratio of the longest history's restart to the shortest's; never
+asserts.
 """
 
 from __future__ import annotations
@@ -48,15 +63,20 @@ from gpulens.schemas.model.topics import CLUSTER_ALLOCATION
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = "restart-bench"
 TIMEOUT_S = 600
+LAG_EVERY_S = 5.0
+"""How often the worker measures its lag (``LagMonitor``'s interval): a reading is that old at most."""
 
 
 @dataclass(frozen=True, slots=True)
 class Restart:
     history_min: int
-    catch_up_wall_s: float
-    catch_up_cpu_s: float
-    catch_up_peak_mb: float
-    """Peak RSS of the worker catching up on the history."""
+    history_wall_s: float
+    """Worker start to its lag reading 0 after the paced history ended."""
+    history_cpu_s: float
+    history_peak_mb: float
+    """Peak RSS of the worker following the history."""
+    max_lag: int
+    """Largest lag (records) the worker read while following the history."""
     to_output_s: float
     """Worker start to its first new output row."""
     cpu_s: float
@@ -68,8 +88,9 @@ class Restart:
 
     def line(self) -> str:
         return (
-            f"{self.history_min:>8} min  {self.mode:<10} {self.catch_up_wall_s:>9.1f}"
-            f" {self.catch_up_cpu_s:>9.1f} {self.catch_up_peak_mb:>9,.0f} {self.to_output_s:>12.2f}"
+            f"{self.history_min:>8} min  {self.mode:<10} {self.history_wall_s:>9.1f}"
+            f" {self.history_cpu_s:>9.1f} {self.history_peak_mb:>9,.0f} {self.max_lag:>9,}"
+            f" {self.to_output_s:>12.2f}"
             f" {self.cpu_s:>9.2f} {self.restored_keys:>10,} {self.records_read:>11,} {self.peak_mb:>9,.0f}"
         )
 
@@ -78,13 +99,21 @@ def gpulens(config: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "gpulens", "--config", str(config), *args]
 
 
-def simulate(config: Path, nodes: int, start: datetime, seconds: float, seed: int) -> None:
+def simulate(
+    config: Path, nodes: int, start: datetime, seconds: float, seed: int, speed: float
+) -> subprocess.Popen[bytes]:
+    """Start ``gpulens simulate`` at ``speed`` times real time (0: unpaced)."""
     command = gpulens(
         config, "simulate", "--cluster", CLUSTER, "--nodes", str(nodes), "--interval", "2",
-        "--duration", str(seconds), "--speed", "0", "--seed", str(seed),
+        "--duration", str(seconds), "--speed", f"{speed:g}", "--seed", str(seed),
         "--start", start.isoformat().replace("+00:00", "Z"),
     )  # fmt: skip
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def finished(process: subprocess.Popen[bytes]) -> None:
+    if process.wait() != 0:
+        raise SystemExit(f"{process.args!r} exited ({process.returncode})")
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -106,10 +135,39 @@ def start_worker(config: Path, group: str, port: int, log: Path) -> subprocess.P
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
+def lag(port: int, worker: subprocess.Popen[bytes]) -> float:
+    """The worker's last lag reading; -1 while it has none."""
+    if worker.poll() is not None:
+        raise SystemExit(f"the worker exited ({worker.returncode})")
+    return metrics(port).get("gpulens_consumer_lag_records", -1)
+
+
+def follow(port: int, worker: subprocess.Popen[bytes], history: subprocess.Popen[bytes], minutes: int) -> int:
+    """Wait for the paced ``history`` to end with the worker beside it; the largest lag read."""
+    largest, shown = 0, time.monotonic()
+    while history.poll() is None:
+        largest = max(largest, int(lag(port, worker)))
+        if time.monotonic() - shown >= 60:
+            shown = time.monotonic()
+            print(f"  {minutes} min: following, lag {largest:,} records at most", file=sys.stderr, flush=True)
+        time.sleep(1)
+    finished(history)
+    return largest
+
+
 def wait_caught_up(port: int, worker: subprocess.Popen[bytes]) -> None:
-    while metrics(port).get("gpulens_consumer_lag_records", -1) != 0:
-        if worker.poll() is not None:
-            raise SystemExit(f"the worker exited ({worker.returncode})")
+    """Wait for a lag reading of 0 taken after now (the worker measures every LAG_EVERY_S).
+
+    Gives up when the lag has not fallen for TIMEOUT_S: a stalled broker (noida-db stopped
+    answering after a 60 min history once) would otherwise hold the bench forever.
+    """
+    fresh = time.monotonic() + LAG_EVERY_S + 1
+    lowest, fell = lag(port, worker), time.monotonic()
+    while (reading := lag(port, worker)) != 0 or time.monotonic() < fresh:
+        if reading < lowest:
+            lowest, fell = reading, time.monotonic()
+        elif time.monotonic() - fell > TIMEOUT_S:
+            raise SystemExit(f"the worker's lag stayed at {reading:,.0f} records or more for {TIMEOUT_S} s")
         time.sleep(0.5)
 
 
@@ -132,26 +190,35 @@ def first_new_row(settings: GPULensSettings, worker: subprocess.Popen[bytes], be
     raise SystemExit(f"no new row within {TIMEOUT_S} s of the restart")
 
 
-def measure(nodes: int, minutes: int, new_seconds: float, *, cold: bool) -> Restart:
+def measure(nodes: int, minutes: int, speed: float, new_seconds: float, *, cold: bool) -> Restart:
     directory = Path(tempfile.mkdtemp(prefix=f"gpulens-restart-{minutes}-"))
     with private_platform(directory) as settings:
         config, log = directory / "gpulens.toml", directory / "worker.log"
-        print(f"  {minutes} min: publishing the history ...", file=sys.stderr, flush=True)
-        simulate(config, nodes, START, minutes * 60, seed=1)
+        print(
+            f"  {minutes} min: the worker follows the history at {speed:g}x ...", file=sys.stderr, flush=True
+        )
         port = free_port()
         began = time.monotonic()
         worker = start_worker(config, "bench", port, log)
-        wait_caught_up(port, worker)
+        while lag(port, worker) < 0:  # not measured yet: the worker is still starting
+            time.sleep(0.5)
+        try:
+            largest = follow(port, worker, simulate(config, nodes, START, minutes * 60, 1, speed), minutes)
+            wait_caught_up(port, worker)
+        except BaseException:  # leave no worker behind the platform (Ctrl-C included)
+            worker.kill()
+            raise
         at_end = usage([worker.pid])
-        caught_up = (
+        history = (
             time.monotonic() - began,
             at_end.cpu_s if at_end else float("nan"),
             at_end.hwm_kb / 1024 if at_end else float("nan"),
+            largest,
         )
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-        print(f"  {minutes} min: caught up in {caught_up[0]:.0f} s; killed; new data ...", file=sys.stderr)
-        simulate(config, nodes, START + timedelta(minutes=minutes), new_seconds, seed=2)
+        print(f"  {minutes} min: caught up after {history[0]:.0f} s; killed; new data ...", file=sys.stderr)
+        finished(simulate(config, nodes, START + timedelta(minutes=minutes), new_seconds, 2, 0))
         port = free_port()
         began = time.monotonic()
         worker = start_worker(config, "bench-cold" if cold else "bench", port, log)
@@ -162,13 +229,15 @@ def measure(nodes: int, minutes: int, new_seconds: float, *, cold: bool) -> Rest
         finally:
             worker.terminate()
             worker.wait(30)
-        return Restart(
-            minutes, *caught_up, to_output, cpu.cpu_s if cpu else float("nan"),
+        result = Restart(
+            minutes, *history, to_output, cpu.cpu_s if cpu else float("nan"),
             int(seen.get("gpulens_worker_restored_state_keys", 0)),
             int(seen.get("gpulens_worker_records_in_total", 0)),
             cpu.hwm_kb / 1024 if cpu else float("nan"),
             "cold" if cold else "checkpoint",
         )  # fmt: skip
+        print(result.line(), file=sys.stderr, flush=True)  # kept should a later history fail
+        return result
 
 
 def main() -> None:
@@ -178,23 +247,30 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1250, help="nodes of 8 GPUs (1,250 = 10,000 GPUs)")
     parser.add_argument("--histories", default="10,60", help="history lengths, simulated minutes")
     parser.add_argument(
+        "--history-speed",
+        type=float,
+        default=6.0,
+        help="history's pace, times real time (the worker must keep up)",
+    )
+    parser.add_argument(
         "--new-seconds", type=float, default=40.0, help="new data after the kill (past a 30 s window's end)"
     )
     parser.add_argument("--cold", action="store_true", help="also measure a restart without checkpoint")
     options = parser.parse_args()
     histories = [int(m) for m in options.histories.split(",")]
-    results = [measure(options.nodes, m, options.new_seconds, cold=False) for m in histories]
+    speed, new_seconds = options.history_speed, options.new_seconds
+    results = [measure(options.nodes, m, speed, new_seconds, cold=False) for m in histories]
     if options.cold:
-        results.append(measure(options.nodes, histories[0], options.new_seconds, cold=True))
+        results.append(measure(options.nodes, histories[0], speed, new_seconds, cold=True))
     gpus = options.nodes * 8
     print(f"\nrestart of `gpulens worker` at {gpus:,} GPUs ({options.nodes:,} nodes, 2 s samples)")
     print(
-        f"{'history':>12}  {'restart':<10} {'catch-up':>9} {'cpu':>9} {'peak':>9} {'to output':>12}"
+        f"{'history':>12}  {'restart':<10} {'history':>9} {'cpu':>9} {'peak':>9} {'max':>9} {'to output':>12}"
         f" {'cpu':>9} {'restored':>10} {'records':>11} {'peak':>9}"
     )
     print(
-        f"{'':>12}  {'':<10} {'wall s':>9} {'s':>9} {'RSS MB':>9} {'wall s':>12} {'s':>9} {'keys':>10}"
-        f" {'read':>11} {'RSS MB':>9}"
+        f"{'':>12}  {'':<10} {'wall s':>9} {'s':>9} {'RSS MB':>9} {'lag':>9} {'wall s':>12} {'s':>9}"
+        f" {'keys':>10} {'read':>11} {'RSS MB':>9}"
     )
     for result in results:
         print(result.line())

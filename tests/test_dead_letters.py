@@ -8,15 +8,15 @@ import struct
 
 import fastavro
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
+from sink_support import dead_letters
 
 from gpulens.schemas.kafka.consuming import DecodingConsumer
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.exceptions import DecodeFailure
-from gpulens.schemas.model.models import DeadLetter, PodEvent
-from gpulens.schemas.model.topics import DLQ, PODS, TopicSpec
-from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.model.models import PodEvent
+from gpulens.schemas.model.topics import PODS, TopicSpec
 from gpulens.testing.examples import example_events
 
 
@@ -26,27 +26,6 @@ def pods_topic(platform, unique) -> TopicSpec:
     spec = TopicSpec(f"gpulens.pods.v1.{unique}", PodEvent, "uid", 1)
     create_topics(platform.kafka, [spec])
     return spec
-
-
-def _dead_letters(platform, codec: AvroCodec, source_topic: str, expected: int) -> list[DeadLetter]:
-    consumer = Consumer(
-        platform.kafka.librdkafka(**{"group.id": f"dlq-{source_topic}", "auto.offset.reset": "earliest"})
-    )
-    consumer.subscribe([DLQ.name])
-    letters: list[DeadLetter] = []
-    try:
-        for _ in range(60):
-            message = consumer.poll(1.0)
-            if message is None or message.error():
-                if len(letters) >= expected:
-                    break
-                continue
-            letter = codec.decode(DLQ, message.value())
-            if letter.source_topic == source_topic:
-                letters.append(letter)
-    finally:
-        consumer.close()
-    return letters
 
 
 def test_undecodable_records_go_to_the_dlq_with_distinct_reasons(platform, codec, pods_topic) -> None:
@@ -86,7 +65,7 @@ def test_undecodable_records_go_to_the_dlq_with_distinct_reasons(platform, codec
         consumer.close()
 
     assert [d.record for d in decoded] == [good, second]
-    letters = _dead_letters(platform, codec, pods_topic.name, len(bad))
+    letters = dead_letters(platform, codec, {pods_topic.name}, len(bad))
     assert {letter.reason for letter in letters} == {reason.value for reason in bad}
     assert len(letters) == len(bad)
     by_reason = {letter.reason: letter for letter in letters}

@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from gpulens.pipeline.event_time import CLOCK_SKEW_MS, DAY_MS, UNBOUNDED, EventClocks, EventTimeBounds
+from gpulens.pipeline.event_time import (
+    BARRIER_EVERY_S,
+    CLOCK_SKEW_MS,
+    DAY_MS,
+    UNBOUNDED,
+    EventClocks,
+    EventTimeBounds,
+)
 
 NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0
@@ -58,6 +65,23 @@ def test_a_watermark_waits_until_every_partition_is_fetched_to_the_ends_seen_aft
     assert clocks.limit("c") == 1_000
 
 
+def test_end_offsets_are_asked_for_at_most_twice_a_second_and_shared_by_the_watermarks_read() -> None:
+    """Thousands of agents send a watermark every few seconds: the broker is not asked per watermark."""
+    clock = Clock()
+    clocks = started(clock, "a", "b")
+    clocks.watermark("c", "a", 1_000, final=False)
+    assert clocks.wants_barrier
+    clocks.barrier({NODES: 5, PODS: 7})
+    clocks.watermark("c", "b", 1_000, final=False)
+    assert not clocks.wants_barrier, "the last barrier is younger than BARRIER_EVERY_S"
+    clock.now += BARRIER_EVERY_S
+    assert clocks.wants_barrier
+    clocks.watermark("c", "a", 2_000, final=False)
+    clocks.barrier({NODES: 9, PODS: 9})
+    clocks.settle({NODES: 9, PODS: 9})
+    assert clocks.time("c") == 1_000, "every watermark read before the barrier took effect by it"
+
+
 def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_before_it() -> None:
     """Catching up, the watermarks are read long before the data: each takes effect once the
     partitions are fetched to where records stamped after it (plus the clock skew) begin."""
@@ -86,10 +110,32 @@ def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() ->
 def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> None:
     clocks = started(Clock(), "nodes", "pods", lateness_ms=200)
     vouch(clocks, "nodes", 5_000)
-    assert clocks.limit("c") < 0, "pods has said nothing of its progress: it holds everything"
-    vouch(clocks, "pods", 3_000)
+    clocks.watermark("c", "pods", 3_000, final=False)
+    assert clocks.limit("c") < 0, "the first watermark of pods waits for its barrier: it holds everything"
+    clocks.barrier({NODES: 5, PODS: 7})
+    clocks.settle({NODES: 5, PODS: 7})
     assert clocks.time("c") == 3_000
     assert clocks.limit("c") == 2_800
+
+
+def test_a_source_heard_for_the_timeout_without_any_watermark_holds_nothing_back() -> None:
+    """The grace rule: an agent too old to send watermarks must not stop its cluster."""
+    clock = Clock()
+    clocks = started(clock, "watcher")
+    vouch(clocks, "watcher", 5_000)
+    clocks.heard("c", "old-agent")
+    assert clocks.limit("c") < 0, "a new source may not have sent its first watermark yet"
+    clock.now += TIMEOUT - 1
+    clocks.heard("c", "old-agent")
+    assert clocks.limit("c") < 0, "still within its grace"
+    clock.now += 1
+    clocks.heard("c", "old-agent")
+    assert clocks.time("c") == 5_000, "heard for the timeout and never a watermark: left out"
+    clocks.watermark("c", "old-agent", 4_000, final=False)
+    assert clocks.limit("c") < 0, "its first watermark, read, holds the cluster until its barrier"
+    clocks.barrier({NODES: 5, PODS: 7})
+    clocks.settle({NODES: 5, PODS: 7})
+    assert clocks.time("c") == 4_000, "from then on it counts as any other source"
 
 
 def test_a_silent_source_stops_holding_the_cluster_back_and_counts_again_when_heard() -> None:
@@ -178,6 +224,45 @@ def test_released_instants_and_watermarks_survive_a_checkpoint_and_wait_for_a_ne
     restored.settle({NODES: 5, PODS: 7})
     assert restored.time("c") == 5_000, "a restored cluster knows its sources: no wait for them"
     assert {k: restored.dump(k) for k in restored.live()} == {k: clocks.dump(k) for k in clocks.live()}
+
+
+def test_a_checkpoint_cycle_rewrites_only_the_sources_whose_watermark_moved() -> None:
+    """With an agent per node a cluster has thousands of sources: a cycle writes the few that
+    moved, not every one of them."""
+    clocks = started(Clock(), *(f"agent/{i}" for i in range(100)))
+    for i in range(100):
+        vouch(clocks, f"agent/{i}", 1_000)
+    assert len(clocks.changed()) == 1 + 100, "the first checkpoint: the cluster and every source"
+    vouch(clocks, "agent/7", 2_000)
+    clocks.heard("c", "agent/8")
+    clocks.watermark("c", "agent/9", 3_000, final=False)  # waiting: nothing to write yet
+    assert clocks.changed() == {("cluster", "c"), ("source", "c", "agent/7")}
+    assert clocks.dump(("source", "c", "agent/7")) == {"watermark_ms": 2_000, "final": False}
+    assert clocks.dump(("source", "c", "unknown")) is None
+
+
+def test_a_checkpoint_holding_the_sources_in_the_clusters_value_is_loaded_as_well() -> None:
+    """The layout before sources had keys of their own."""
+    clock = Clock()
+    restored = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
+    restored.load(
+        ("cluster", "c"),
+        {
+            "released_ms": 3_500,
+            "watermarked": True,
+            "sources": {
+                "nodes": {"watermark_ms": 5_000, "final": False},
+                "new": {"watermark_ms": None, "final": False},
+            },
+        },
+    )
+    restored.barrier({NODES: 5, PODS: 7})
+    restored.settle({NODES: 5, PODS: 7})
+    assert restored.released_ms("c") == 3_500
+    assert restored.time("c") == 5_000, (
+        "a source without watermarks before the restart holds nothing back after it"
+    )
+    assert set(restored.live()) == {("cluster", "c"), ("source", "c", "nodes"), ("source", "c", "new")}
 
 
 def test_bounds_ahead_count_from_the_later_of_the_wall_clock_and_the_clusters_time() -> None:

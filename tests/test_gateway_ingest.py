@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from test_agent_publishing import read_topic
 
 from gpulens.infra.broker import noida_argv
@@ -26,11 +27,22 @@ from gpulens.producers.gateway import (
     running_gateway,
 )
 from gpulens.producers.publishing import PublishError
+from gpulens.producers.watermarking import progress_mark
 from gpulens.protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.models import PodEvent
-from gpulens.schemas.model.topics import CATALOG, DLQ, GPU_SAMPLES, PODS, TopicSpec, entity_key, record_key
+from gpulens.schemas.model.topics import (
+    CATALOG,
+    DLQ,
+    GPU_SAMPLES,
+    NODES,
+    PODS,
+    WATERMARKS,
+    TopicSpec,
+    entity_key,
+    record_key,
+)
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.testing.examples import example_events
 from gpulens.testing.fake_amdsmi import FakeAmdSmi, mi300x
@@ -223,8 +235,15 @@ def test_the_agent_configured_for_the_gateway_delivers_its_samples_through_it(
     key = entity_key("gateway-test", settings.node)
     [samples] = [codec.decode(GPU_SAMPLES, v) for v in read_topic(platform.kafka, GPU_SAMPLES, key, 1)]
     assert [s.index for s in samples.samples] == [0, 1]
+    # stopping, the agent vouched for its round once the gateway acked it: a message of its own
+    source = settings.own_source
+    [mark] = [
+        codec.decode(WATERMARKS, v)
+        for v in read_topic(platform.kafka, WATERMARKS, entity_key("gateway-test", source), 1)
+    ]
+    assert (mark.source, mark.event_time, mark.final) == (source, samples.event_time, False)
     received = gateway.metrics.registry.get_sample_value("gpulens_gateway_events_received_total")
-    assert received == 4  # the sample batch, the inventory and each GPU's first health, in one message
+    assert received == 5  # the sample batch, the inventory and each GPU's first health, then the watermark
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
@@ -355,3 +374,44 @@ def test_a_message_that_is_not_an_event_batch_is_invalid_argument(gateway):
 
 def test_the_metrics_port_binds_loopback_unless_configured():
     assert GatewaySettings().metrics_host == "127.0.0.1"
+
+
+def test_a_watermark_is_published_only_after_the_rest_of_its_batch_is_acknowledged(
+    stub, gateway, platform, codec, unique
+):
+    """Sent first in its batch, the watermark still reaches the broker last: the gateway produces
+    it once every other record of the batch is acknowledged (produce times read back)."""
+    cluster = f"gw-marks-{unique}"
+    events = example_events(cluster, "node-agent/n1")
+    mark = progress_mark(cluster, "node-agent/n1", events[GPU_SAMPLES].event_time)
+    others = [events[spec] for spec in (GPU_SAMPLES, PODS, NODES)]
+    batch = ingest_pb2.EventBatch(
+        batch_id=f"marks-{unique}",
+        events=[
+            ingest_pb2.Event(topic=spec.name, key=record_key(spec, event), value=codec.encode(spec, event))
+            for spec, event in ((WATERMARKS, mark), *((s, events[s]) for s in (GPU_SAMPLES, PODS, NODES)))
+        ],
+    )
+    summary = stub.Publish(iter([batch]), metadata=AUTH, timeout=30)
+    assert summary.events == 4
+
+    def produced(spec: TopicSpec, event) -> int:
+        consumer = Consumer(platform.kafka.librdkafka(**{"group.id": f"t-{unique}-{spec.name}"}))
+        try:
+            partitions = consumer.list_topics(spec.name, timeout=10).topics[spec.name].partitions
+            consumer.assign([TopicPartition(spec.name, p, OFFSET_BEGINNING) for p in partitions])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.2)
+                if (
+                    message is not None
+                    and message.error() is None
+                    and message.key() == record_key(spec, event)
+                ) and codec.decode(spec, message.value()).event_id == event.event_id:
+                    return message.timestamp()[1]
+        finally:
+            consumer.close()
+        raise AssertionError(f"{event.event_id} not found on {spec.name}")
+
+    rest = [produced(spec, event) for spec, event in zip((GPU_SAMPLES, PODS, NODES), others, strict=True)]
+    assert produced(WATERMARKS, mark) > max(rest)

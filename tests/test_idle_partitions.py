@@ -150,3 +150,37 @@ def test_a_resumed_partition_that_never_answers_stops_limiting_the_batch(consume
     assert idle.batch(100) == 1, "every other partition answered"
     clock.now += IdlePartitions.ANSWER_S
     assert idle.batch(100) == 100
+
+
+def test_records_flowing_come_in_full_batches_while_a_resumed_partition_is_awaited(
+    platform: GPULensSettings, topic: str, consumer: Consumer
+) -> None:
+    """Once a poll comes back full of records, more are queued: consume asks for a full batch
+    again although a resumed partition has not answered (the worker took sample batches a few
+    at a time otherwise, each poll's own cost paid for a handful of records)."""
+    clock = FakeClock()  # never moves: the silent partition is awaited all along
+    idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
+    wait_until_all_paused(consumer, idle)
+    producer = Producer(platform.kafka.librdkafka())
+    for i in range(500):
+        producer.produce(topic, value=str(i).encode(), partition=1)
+    assert producer.flush(30) == 0
+    clock.now += 1.0
+    idle.tick()
+    consumer.pause([TopicPartition(topic, 0)])  # resumed, then paused by someone else: silent
+    taken, full_batches = 0, 0
+    deadline = time.monotonic() + 20
+    while taken < 500 and time.monotonic() < deadline:
+        asked = idle.batch(100)
+        records = 0
+        for message in consumer.consume(asked, 0.5):
+            if message.error() is not None:
+                idle.at_end(message.topic() or "", message.partition() or 0)
+            else:
+                idle.received(message.topic() or "", message.partition() or 0)
+                records += 1
+        taken += records
+        full_batches += asked == records == 100
+        idle.tick()
+    assert taken == 500
+    assert full_batches >= 3, "records taken 100 at a time once they flow"

@@ -8,14 +8,21 @@ are on the exact list of what was published: no duplicates, no gaps.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kubernetes.client import Configuration
 from watcher_support import (
+    Published,
     node,
     summary,
     template,
@@ -23,11 +30,19 @@ from watcher_support import (
     watcher_settings,
 )
 
+from gpulens.infra.broker import noida_argv
+from gpulens.infra.launching import ServiceManager, ServiceSpec
+from gpulens.platform import free_port
 from gpulens.producers.kubernetes import (
     KubeApi,
     LeaseElector,
 )
-from gpulens.schemas.model.models import ChangeType, PodEvent, WorkloadEvent
+from gpulens.producers.publishing import EventPublisher
+from gpulens.producers.watermarking import WallClockWatermarks, progress_mark
+from gpulens.schemas.kafka.settings import KafkaSettings
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import ChangeType, PodEvent, Watermark, WorkloadEvent
+from gpulens.schemas.model.topics import WATERMARKS
 
 # --- objects -------------------------------------------------------------------------------------
 
@@ -362,14 +377,9 @@ def test_pods_without_gpus_are_ignored(kube, start_watcher, published) -> None:
     assert [summary(e) for e in published.drain()] == [("PodEvent", "gpu-1", ChangeType.ADDED)]
 
 
-def test_watch_once_on_the_command_line_publishes_the_cluster_and_exits(
-    kube, config_file, tmp_path, cluster, published
-) -> None:
-    from click.testing import CliRunner
-
-    from gpulens.cli import cli
-
-    kubeconfig = tmp_path / "kubeconfig"
+def kubeconfig_of(kube, directory: Path) -> Path:
+    """A kubeconfig file pointing at the fake API server."""
+    kubeconfig = directory / "kubeconfig"
     kubeconfig.write_text(
         json.dumps(
             {
@@ -382,6 +392,17 @@ def test_watch_once_on_the_command_line_publishes_the_cluster_and_exits(
             }
         )
     )
+    return kubeconfig
+
+
+def test_watch_once_on_the_command_line_publishes_the_cluster_and_exits(
+    kube, config_file, tmp_path, cluster, published
+) -> None:
+    from click.testing import CliRunner
+
+    from gpulens.cli import cli
+
+    kubeconfig = kubeconfig_of(kube, tmp_path)
     kube.create("nodes", node("n1"))
     kube.create("pods", gpu_pod("p1"))
     args = [
@@ -401,3 +422,82 @@ def test_watch_once_on_the_command_line_publishes_the_cluster_and_exits(
         ("NodeEvent", "n1", ChangeType.ADDED),
         ("PodEvent", "p1", ChangeType.ADDED),
     ]
+
+
+def test_a_watcher_vouches_for_the_wall_clock_only_after_publishing_what_came_before(
+    kube, platform, codec, config_file, cluster, tmp_path, spawned
+) -> None:
+    """`gpulens watch`, quiet or not, publishes a watermark every interval; none vouches for a
+    change it had not published (produce times read back from the broker) and they follow the
+    wall clock, less its lag."""
+    published = Published(platform, codec, cluster, more=(WATERMARKS,))
+    try:
+        kube.create("nodes", node("n1"))
+        env = {
+            **os.environ,
+            "GPULENS_WATCHER__LEASE__ENABLED": "false",
+            "GPULENS_WATCHER__WATERMARK_INTERVAL_S": "0.3",
+        }
+        command = ["watch", "--cluster", cluster, "--kubeconfig", str(kubeconfig_of(kube, tmp_path))]
+        spawned.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gpulens", "--config", str(config_file), *command], env=env
+            )
+        )
+
+        def marks() -> list[tuple[int, Watermark]]:
+            published.drain()
+            pairs = zip(published.created, published.events, strict=True)
+            return [(created, e) for created, e in pairs if isinstance(e, Watermark)]
+
+        wait_for(lambda: len(marks()) >= 3, what="three watermarks while nothing changes")
+        quiet = [m.event_time for _, m in marks()]
+        assert quiet == sorted(set(quiet)), "each watermark vouches for a later instant"
+        assert all(m.source == "k8s-watcher" and not m.final for _, m in marks())
+        kube.create("pods", gpu_pod("p1"))
+        published.wait(("PodEvent", "p1", ChangeType.ADDED))
+        pairs = zip(published.created, published.events, strict=True)
+        created, pod = next((c, e) for c, e in pairs if isinstance(e, PodEvent))
+        wait_for(
+            lambda: any(m.event_time > pod.event_time for _, m in marks()), what="a watermark past the pod"
+        )
+        vouching = [c for c, m in marks() if m.event_time > pod.event_time]
+        assert min(vouching) >= created, "no watermark past the pod was produced before the pod"
+        newest = marks()[-1][1].event_time
+        assert abs((datetime.now(UTC) - newest).total_seconds()) < 5, "the watermarks follow the wall clock"
+    finally:
+        published.close()
+
+
+def test_no_watermark_is_published_while_the_broker_does_not_acknowledge(codec, tmp_path) -> None:
+    """The watcher's watermarks (WallClockWatermarks, a real publisher) while its broker is away,
+    then once one listens there: only instants after its return are vouched for."""
+    port = free_port()
+    kafka = KafkaSettings(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        extra={"reconnect.backoff.ms": "50", "reconnect.backoff.max.ms": "200"},
+    )
+    publisher = EventPublisher(kafka, codec)
+    ticks = iter(range(1_000_000))  # each tick a second later: every one is due
+    marks = WallClockWatermarks(
+        publisher, cluster="away", source="k8s-watcher", every_s=0.2, clock=lambda: float(next(ticks))
+    )
+    publisher.publish(WATERMARKS, progress_mark("away", "k8s-watcher", datetime(2026, 1, 1, tzinfo=UTC)))
+    for _ in range(3):
+        marks.tick()  # each waits 0.05 s for the broker, in vain
+    assert publisher.published == 1, "nothing vouched for while the first record is unacknowledged"
+    back = datetime.now(UTC)
+    services = ServiceManager(tmp_path / "broker")
+    services.start(ServiceSpec("kafka", noida_argv("127.0.0.1", port, tmp_path / "data"), "127.0.0.1", port))
+    try:
+        create_topics(kafka, [WATERMARKS])
+        wait_for(lambda: marks.tick() or publisher.published > 1, what="a watermark once the broker is back")
+        publisher.flush(30)
+        consumer = Consumer(kafka.librdkafka(**{"group.id": "away", "auto.offset.reset": "earliest"}))
+        consumer.assign([TopicPartition(WATERMARKS.name, 0, 0)])
+        read = [codec.decode(WATERMARKS, m.value()) for m in consumer.consume(publisher.published, 10)]
+        consumer.close()
+    finally:
+        services.stop("kafka")
+    assert len(read) == publisher.published == 2
+    assert read[1].event_time >= back, "the instant vouched for was taken after the broker came back"

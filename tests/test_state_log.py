@@ -4,14 +4,18 @@ and the broker keeps nothing older than the newest committed one.
 A writer without transactions (the exporter) can be killed in the middle of a snapshot; the
 restore must then start at the snapshot before and still see every key's newest value. A
 transactional writer (the worker) cuts the log once a snapshot's transaction committed, never
-at one whose transaction was aborted.
+at one whose transaction was aborted. The worker writes a cycle's entries packed in batch
+records; a log written before, one record per key, restores with them in log order.
 """
 
 from __future__ import annotations
 
+import json
+
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from gpulens.pipeline.checkpointing import encode_key, pack, unpack
 from gpulens.schemas.kafka.state_log import FIRST_SPAN, SNAPSHOT_MARKER, StateLog
 
 
@@ -139,3 +143,53 @@ def test_a_snapshot_aborted_with_its_transaction_is_never_cut_to(platform, uniqu
     (marker,) = _snapshot_markers(platform.kafka, log.topic)
     assert _low_watermark(platform.kafka, log.topic) == marker, "the committed snapshot is still whole"
     assert StateLog(platform.kafka, log.topic).restore().entries == writer.committed
+
+
+def test_a_log_of_plain_records_restores_with_the_batches_written_after_it_in_log_order(
+    platform, unique
+) -> None:
+    """A worker upgraded over a checkpoint of the format before batches (one record per key,
+    JSON key and value) goes on from it: later batches override and delete its keys, a plain
+    record after a batch overrides that batch, and a packed snapshot restores the same."""
+    log = StateLog(platform.kafka, f"test.state-log-packed.{unique}", min_between=1)
+    log.create()
+    producer = Producer(platform.kafka.librdkafka(**{"enable.idempotence": True}))
+    live: dict[tuple, object] = {}
+
+    def written(values: dict[tuple, object]) -> None:
+        for key, value in values.items():
+            if value is None:
+                live.pop(key, None)
+            else:
+                live[key] = value
+
+    def plain(key: tuple, value: object) -> None:
+        encoded = None if value is None else json.dumps(value).encode()
+        log.append(producer, [(encode_key(key), encoded)])
+        written({key: value})
+
+    def packed(values: dict[tuple, object]) -> None:
+        log.append_packed(producer, pack(list(values.items())))
+        written(values)
+
+    for i in range(300):  # the old format
+        plain(("run", "c", f"gpu-{i}"), [i, False])
+    plain(("cluster", "c"), 1_000)
+    packed({("run", "c", "gpu-1"): [5, True], ("run", "c", "gpu-2"): None, ("cluster", "c"): 2_000})
+    plain(("run", "c", "gpu-1"), [6, False])  # a plain record after a batch wins
+    packed({("run", "c", f"gpu-{i}"): [i, True] for i in range(100, 9_000)})  # several batch records
+    assert producer.flush(30) == 0
+
+    def restored() -> dict[tuple, object]:
+        entries = StateLog(platform.kafka, log.topic).restore(unpack=unpack).entries
+        return {
+            tuple(json.loads(raw)): json.loads(value) if isinstance(value, bytes) else value
+            for raw, value in entries.items()
+        }
+
+    assert restored() == live and live[("cluster", "c")] == 2_000 and ("run", "c", "gpu-2") not in live
+    assert live[("run", "c", "gpu-1")] == [6, False]
+    log.snapshot_packed(producer, lambda: pack(list(live.items())), len(live))
+    packed({("run", "c", "gpu-3"): None})
+    assert producer.flush(30) == 0
+    assert restored() == live

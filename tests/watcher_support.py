@@ -28,7 +28,8 @@ from gpulens.producers.kubernetes import (
 )
 from gpulens.producers.kubernetes.resources import TOPICS
 from gpulens.producers.publishing import EventPublisher
-from gpulens.schemas.model.models import ChangeType, Event, NodeEvent
+from gpulens.schemas.model.models import ChangeType, Event, NodeEvent, Watermark
+from gpulens.schemas.model.topics import TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.testing.fake_kube import FakeKube
 
@@ -68,15 +69,18 @@ def template(gpus: str) -> dict:
 
 
 class Published:
-    """What the watchers of one cluster published since this reader was made."""
+    """What the watchers of one cluster published since this reader was made, on the watchers'
+    topics (and on ``more``), with each record's produce time (ms) in ``created``."""
 
-    def __init__(self, settings: GPULensSettings, codec: AvroCodec, cluster: str) -> None:
+    def __init__(
+        self, settings: GPULensSettings, codec: AvroCodec, cluster: str, more: tuple[TopicSpec, ...] = ()
+    ) -> None:
         self._codec = codec
         self._cluster = cluster
         self._consumer = Consumer(
             settings.kafka.librdkafka(**{"group.id": f"t-{uuid.uuid4().hex}", "enable.auto.commit": False})
         )
-        self._specs = {spec.name: spec for spec in TOPICS.values()}
+        self._specs = {spec.name: spec for spec in (*TOPICS.values(), *more)}
         metadata = self._consumer.list_topics(timeout=10).topics
         self._partitions = [TopicPartition(t, p) for t in self._specs for p in metadata[t].partitions]
         starts = [
@@ -86,6 +90,7 @@ class Published:
         self._positions = {(tp.topic, tp.partition): tp.offset for tp in starts}
         self._consumer.assign(starts)
         self.events: list[Event] = []
+        self.created: list[int] = []
 
     def close(self) -> None:
         self._consumer.close()
@@ -103,13 +108,14 @@ class Published:
                 event = self._codec.decode(self._specs[msg.topic()], msg.value())
                 if event.cluster == self._cluster:
                     self.events.append(event)
+                    self.created.append(msg.timestamp()[1])
         return self.events
 
     def wait(self, *expected: tuple[str, str, ChangeType]) -> list[Event]:
         """Wait until every ``(event class, name, type)`` in ``expected`` has been published."""
 
         def arrived() -> bool:
-            seen = {summary(e) for e in self.drain()}
+            seen = {summary(e) for e in self.drain() if not isinstance(e, Watermark)}
             return all(x in seen for x in expected)
 
         wait_for(arrived, what=f"{expected}")

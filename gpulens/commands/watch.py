@@ -35,6 +35,7 @@ def watch(
     Topics: gpulens.nodes.v1, gpulens.pods.v1, gpulens.workloads.v1, gpulens.storage.v1 (Avro,
     keyed by entity). Volume usage is read from each node's kubelet summary every
     [watcher] storage_usage_interval_s (0: capacity only; storage = false: no volumes).
+    While it leads, a Watermark on gpulens.watermarks.v1 every [watcher] watermark_interval_s.
     Only a change of what is published makes an event (no node heartbeats); a restart or a new
     leader continues from what the topics hold, without duplicates or gaps. With
     [watcher.lease] enabled (the default) only the replica holding the Lease publishes; the

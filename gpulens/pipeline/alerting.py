@@ -66,7 +66,7 @@ from gpulens.schemas.model.models import (
     NodeEvent,
     PodEvent,
 )
-from gpulens.schemas.wire.sample_columns import SampleColumns, readings
+from gpulens.schemas.wire.sample_columns import SampleColumns, columns
 
 SOURCE = "gpulens-worker"
 
@@ -197,9 +197,10 @@ class AlertDetector(BaseAggregator[_Cluster]):
         alerts = []
         at = cluster.instant  # the batch's time, once entered
         threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
-        for device_id, utilization in readings(batch):
-            gpu = cluster.holders.gpu(device_id)
-            run = cluster.runs.get(gpu)
+        names, utilizations = columns(batch)
+        runs = cluster.runs
+        for gpu, utilization in zip(cluster.holders.gpus(names), utilizations, strict=True):
+            run = runs.get(gpu)
             if run is None and (utilization is None or not utilization < below):
                 continue  # not idle, whoever holds it, and no run to end: most samples
             holder = cluster.holders.holder(gpu)

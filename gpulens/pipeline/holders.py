@@ -9,7 +9,7 @@ Checkpointed by its owner under keys ``(kind, *name)``: ``("alias", name)`` -> d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,17 @@ class GpuHolders:
     def holder(self, gpu: str) -> PodRef | None:
         """The pod holding ``gpu`` now."""
         return self._holders.get(self.gpu(gpu))
+
+    def gpus(self, names: Iterable[str]) -> list[str]:
+        """:meth:`gpu` of each of ``names``, in order (one call per sample batch)."""
+        aliases = self._aliases
+        return [aliases.get(name, name) for name in names]
+
+    def holders(self, gpus: Iterable[str]) -> list[PodRef | None]:
+        """:meth:`holder` of each of ``gpus``, in order: one call per sample batch, not per GPU
+        (a third of the lookups' cost at 10,000 GPUs was the calls)."""
+        aliases, holders = self._aliases, self._holders
+        return [holders.get(aliases.get(name, name)) for name in gpus]
 
     def inventory(self, inventory: DeviceInventory) -> None:
         """Learn the names of a node's GPUs."""

@@ -126,11 +126,11 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
 
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
         last: _Workload | None = None
-        for device_id, utilization in readings(batch):
-            if utilization is None:
-                continue
-            holder = cluster.holders.holder(device_id)
-            workload = cluster.workload_of.get(holder.uid or "") if holder else None
+        measured = [(gpu, utilization) for gpu, utilization in readings(batch) if utilization is not None]
+        holders = cluster.holders.holders([gpu for gpu, _ in measured])
+        workload_of = cluster.workload_of
+        for (_, utilization), holder in zip(measured, holders, strict=True):
+            workload = workload_of.get(holder.uid or "") if holder else None
             if workload is None:
                 continue
             if workload is not last:  # a node's GPUs mostly serve one pod: its usage, looked up once

@@ -73,12 +73,13 @@ def build_agent(
     spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
     sender = SpoolingSender(publisher, spool, metrics, drain_batch=settings.drain_batch)
     return NodeAgent(
-        NodeIdentity(cluster, settings.node, settings.source),
+        NodeIdentity(cluster, settings.node, settings.own_source),
         collectors,
         sender,
         metrics,
         sample_interval_s=settings.sample_interval_s,
         inventory_interval_s=settings.inventory_interval_s,
+        watermark_interval_s=settings.watermark_interval_s,
         health_rules=HealthRules(settings.xid_hold_s, settings.ignored_xids),
         clock=clock,
     )

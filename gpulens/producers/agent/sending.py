@@ -60,6 +60,15 @@ class SpoolingSender:
             self._produce(record, spooled=False)
         self.pump()
 
+    def acknowledged(self, timeout_s: float) -> bool:
+        """Serve delivery callbacks until nothing is in flight, ``timeout_s`` at most; True when
+        the broker acknowledged every record sent so far (none in flight, none spooled)."""
+        deadline = time.monotonic() + timeout_s
+        self._publisher.poll(0)
+        while self._in_flight and time.monotonic() < deadline:
+            self._publisher.poll(0.05)
+        return not self._in_flight and not self._spool.count
+
     def pump(self) -> None:
         """Serve delivery callbacks; once nothing is in flight, re-send the oldest spooled batch."""
         self._publisher.poll(0)

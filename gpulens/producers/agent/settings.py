@@ -25,7 +25,12 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     node: str = Field(default_factory=_default_node, min_length=1, description="Node name in every record.")
-    source: str = Field(default="node-agent", min_length=1, description="`source` of every event.")
+    source: str = Field(
+        default="node-agent",
+        min_length=1,
+        description="`source` of every event, followed by `/<node>`: each agent is a source of its own, "
+        "which its watermarks speak for.",
+    )
     collectors: tuple[CollectorName, ...] = Field(
         default=("amd", "nvidia", "rdma", "pod-resources", "containerd"),
         description="Collectors to try; each one whose library, socket or tree is missing switches off "
@@ -33,6 +38,12 @@ class AgentSettings(BaseModel):
     )
     sample_interval_s: float = Field(
         default=5.0, gt=0, description="One GpuSampleBatch per node every this many seconds."
+    )
+    watermark_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the agent vouches, with a Watermark, that every record it sent is on the "
+        "broker (only while nothing is in flight or spooled).",
     )
     inventory_interval_s: float = Field(
         default=600.0, gt=0, description="DeviceInventory is republished this often even when unchanged."
@@ -110,3 +121,8 @@ class AgentSettings(BaseModel):
         default="127.0.0.1",
         description="Address /metrics binds (0.0.0.0 in the DaemonSet, where Prometheus scrapes every node).",
     )
+
+    @property
+    def own_source(self) -> str:
+        """The `source` of this agent's events and watermarks: `<source>/<node>`."""
+        return f"{self.source}/{self.node}"

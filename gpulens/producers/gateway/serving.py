@@ -15,6 +15,12 @@ producer gave up on is published again. A known id with other events is a client
 refused (ALREADY_EXISTS), never acked as a resend. A gateway restart forgets the ids; sinks
 dedup on ``event_id`` for that.
 
+A batch's watermarks (records of ``gpulens.watermarks.v1``) are produced only once the broker
+acknowledged every other record of it: a watermark promises that its source's earlier records
+are on the broker, and the producer would otherwise send the topics of one batch side by side.
+Across batches the client keeps that promise itself: the agent sends a watermark only once
+every earlier batch of it was acked (:meth:`~gpulens.producers.agent.running.NodeAgent.vouch`).
+
 A message that does not parse as an EventBatch is refused with INVALID_ARGUMENT: grpc hands
 the parse error to the handler's request iterator, where it is translated.
 """
@@ -28,7 +34,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -51,7 +57,7 @@ from gpulens.protos.gateway.v1 import ingest_pb2, ingest_pb2_grpc
 from gpulens.protos.lens.v1 import exporter_pb2_grpc
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.model.exceptions import RegistryError
-from gpulens.schemas.model.topics import CATALOG, CONTAINERS, TopicSpec
+from gpulens.schemas.model.topics import CATALOG, CONTAINERS, WATERMARKS, TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 
 log = logging.getLogger(__name__)
@@ -84,6 +90,20 @@ class _Delivery:
         self.future: asyncio.Future[str | None] = loop.create_future()
         """Settles with ``None`` once every record is acknowledged, else the first error."""
         self._left = count
+        self._held: tuple[int, Callable[[], None]] | None = None
+        """(records held back, how to produce them): once only they are left unacknowledged."""
+
+    def hold(self, count: int, produce: Callable[[], None]) -> None:
+        """``count`` records of the batch are produced by ``produce`` once every other one is
+        acknowledged (at once if none is left)."""
+        self._held = (count, produce)
+        self._release()
+
+    def _release(self) -> None:
+        if self._held is not None and self._left == self._held[0]:
+            produce = self._held[1]
+            self._held = None
+            produce()
 
     @property
     def failed(self) -> bool:
@@ -95,6 +115,8 @@ class _Delivery:
             self._left -= 1
             if not self._left:
                 self.future.set_result(None)
+            else:
+                self._release()
         elif self._left > 0:  # the first failure settles it; later answers change nothing
             self._left = -self.count
             self.future.set_result(err.str())
@@ -264,7 +286,15 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
             await asyncio.sleep(0.005)
 
     def _produce(self, checked: Checked, delivery: _Delivery) -> None:
-        """Queue the batch's records, each topic's in one call; then serve the callbacks due."""
+        """Queue the batch's records, each topic's in one call, its watermarks once the broker
+        acknowledged every other record of the batch; then serve the callbacks due."""
+        marks = checked.pop(WATERMARKS.name, None) if len(checked) > 1 else None
+        self._produce_topics(checked, delivery)
+        if marks is not None and not delivery.failed:
+            delivery.hold(len(marks), partial(self._produce_topics, {WATERMARKS.name: marks}, delivery))
+        self._producer.poll(0)
+
+    def _produce_topics(self, checked: Checked, delivery: _Delivery) -> None:
         for topic, records in checked.items():
             # Plain dicts, as produce_batch takes them: it writes a refused one's "_error" into it.
             messages = cast(list[dict[str, Any]], records)
@@ -278,7 +308,6 @@ class IngestService(ingest_pb2_grpc.IngestServicer):
                 log.error("the producer refused %d records of a batch: %s", len(refused), refused[0])
                 delivery.fail(f"the producer refused {len(refused)} records: {refused[0]}")
                 return
-        self._producer.poll(0)
 
     def _settled(self, delivery: _Delivery, future: asyncio.Future[str | None]) -> None:
         self._queued_bytes -= delivery.size

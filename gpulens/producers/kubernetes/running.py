@@ -7,6 +7,9 @@ listed before pods so that the first pod events carry full owner chains; claims,
 and a first round of usage come before PersistentVolumes, so that a volume's first event is whole.
 A session (restore, watch, publish) lasts while this replica leads; losing the lease ends it
 after a flush, and a new session starts from the topics again when leadership comes back.
+While it leads, the watcher vouches every ``watermark_interval_s`` that every change it
+stamped before then is on the broker (:class:`~gpulens.producers.watermarking.WallClockWatermarks`):
+the worker advances the cluster's event time by that, quiet stretches included.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from gpulens.producers.kubernetes.watching import (
     served,
 )
 from gpulens.producers.publishing import EventPublisher
+from gpulens.producers.watermarking import WallClockWatermarks
 from gpulens.schemas.model.models import Event
 
 log = logging.getLogger(__name__)
@@ -162,6 +166,14 @@ class Watcher:
     def _session(self, stop: threading.Event, active: Callable[[], bool]) -> None:
         self._discover(Backoff(self._settings, stop))
         reconciler = self._reconciler()
+        watermarks = WallClockWatermarks(
+            self._publisher,
+            cluster=self._translator.cluster,
+            source=self._translator.source,
+            every_s=self._settings.watermark_interval_s,
+            lag_s=self._settings.watermark_lag_s,
+            now=_now,
+        )
         items: _Items = queue.Queue(maxsize=10_000)
         ending = threading.Event()
         threads: list[threading.Thread] = []
@@ -182,6 +194,7 @@ class Watcher:
             threads.append(thread)
         try:
             while active():
+                watermarks.tick()
                 try:
                     item = items.get(timeout=_POLL_S)
                 except queue.Empty:

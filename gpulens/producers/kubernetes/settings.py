@@ -117,4 +117,16 @@ class WatcherSettings(BaseModel):
         description="CSI driver or provisioner -> storage_kind; a name not listed that contains juicefs, "
         "lustre or nfs is that kind, any other CSI volume is csi.",
     )
+    watermark_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the leading watcher vouches, with a Watermark, that every change it saw "
+        "before then is on the broker (also while the cluster is quiet).",
+    )
+    watermark_lag_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="Each watermark vouches for this much before the instant it is made: a new object's "
+        "event time is its creationTimestamp (to the second), delivered by its watch a little later.",
+    )
     lease: LeaseSettings = Field(default_factory=LeaseSettings)

@@ -175,7 +175,10 @@ class IdlePartitions:
     pauses it again; a record reaching a quiet partition waits at most ``max_backoff_s`` plus
     one fetch. Until every resumed partition has answered, :meth:`batch` asks ``consume`` for
     no more messages than there are partitions to hear from, so it returns on their
-    end-of-partition events instead of waiting out its timeout while librdkafka spins.
+    end-of-partition events instead of waiting out its timeout while librdkafka spins; unless
+    the last poll came back full of records: more are queued then, a full batch returns at once,
+    and a few at a time would cost the worker a poll per few records (measured at 10,000 GPUs:
+    4,071 of 4,093 polls took under 100 records, too few to read sample batches by column).
 
     Needs ``enable.partition.eof``: call :meth:`at_end` on each end-of-partition event and
     :meth:`received` on each record, consume :meth:`batch` messages at a time and call
@@ -203,6 +206,12 @@ class IdlePartitions:
         self._answering: dict[tuple[str, int], float] = {}
         """Partitions resumed together whose end-of-partition event (or record) is awaited, and
         until when: one paused by someone else meanwhile (the worker's alignment) never answers."""
+        self._asked = 0
+        """What the last :meth:`batch` asked for."""
+        self._records = 0
+        """Records received since the last :meth:`tick`."""
+        self._full = False
+        """The last poll delivered as many records as it asked for (class docstring)."""
 
     def at_end(self, topic: str, partition: int) -> None:
         """``partition`` has nothing more for now: stop fetching it for a while (at the next
@@ -217,11 +226,13 @@ class IdlePartitions:
         self._answering.pop(where, None)
         self._ended.discard(where)
         self._delay_s = self._backoff_s
+        self._records += 1
 
     def tick(self) -> None:
         """Once per poll: pause the partitions that ended; fetch the paused ones again when
         their delay is over (the next delay is twice as long, unless a record comes)."""
         now = self._clock()
+        self._full, self._records = 0 < self._asked <= self._records, 0
         ended, self._ended = self._ended - self._paused, set()
         if ended:
             if not self._paused:
@@ -255,7 +266,8 @@ class IdlePartitions:
         if self._answering:
             now = self._clock()
             self._answering = {p: by for p, by in self._answering.items() if by > now}
-        return min(wanted, len(self._answering)) if self._answering else wanted
+        self._asked = min(wanted, len(self._answering)) if self._answering and not self._full else wanted
+        return self._asked
 
     @property
     def paused(self) -> int:

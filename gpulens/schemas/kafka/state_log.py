@@ -26,15 +26,26 @@ reads about ``live size + changes since the snapshot`` records however long the 
 Writes go through the caller's producer: a transactional producer puts them in the same
 transaction as its outputs and input offsets, and a ``read_committed`` restore then sees a
 state that matches those offsets exactly. Keys starting with ``\\x00`` are reserved.
+
+A writer with many small entries a cycle may write them *packed*: one record, keyed
+``\\x00batch:<unique id>``, holds a batch of entries in a format the writer owns and reads back
+(the restore takes its ``unpack``). One produce call and one encoding per batch instead of per
+entry (the worker's checkpoint: :mod:`gpulens.pipeline.checkpointing`). A batch applies its
+entries in order, at its place in the log, so a log may mix batches and plain entries (a log
+written before batches restores as it is). Batch keys are unique, so compaction never drops
+one; the cuts behind each snapshot bound the log instead. Counts (snapshot policy, restore
+cost) are in entries, whatever records hold them.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Generic, TypeVar, overload
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, DeletedRecords, NewTopic
@@ -51,6 +62,9 @@ SNAPSHOT_MARKER = b"\x00snapshot"
 SNAPSHOT_END = b"\x00snapshot-end"
 """Key of the record that closes a complete snapshot (its value: the entry count, ASCII)."""
 
+BATCH = b"\x00batch:"
+"""Key prefix of a record holding a batch of entries (module docstring)."""
+
 FIRST_SPAN = 4_096
 """Records read from the end before looking further back for a snapshot."""
 
@@ -59,18 +73,25 @@ class StateLogError(GPULensError):
     """A state log cannot be created or read."""
 
 
+V = TypeVar("V")
+
+
 @dataclass(frozen=True, slots=True)
-class Restored:
+class Restored(Generic[V]):
     """What a restore found."""
 
-    entries: dict[bytes, bytes]
-    """Live keys and their newest values."""
+    entries: dict[bytes, V]
+    """Live keys and their newest values (as stored, or as the writer's ``unpack`` read them)."""
     records_read: int
     """Records read to get there (the restore's cost)."""
     seconds: float
 
 
 Entries = Iterable[tuple[bytes, bytes | None]]
+Packed = tuple[bytes, int]
+"""A batch record's value, packed by the writer, and how many entries it holds."""
+Unpack = Callable[[bytes], Iterable[tuple[bytes, V | None]]]
+"""The writer's reader of its batches: each entry's key and value (None: the key is gone)."""
 
 
 class StateLog:
@@ -81,12 +102,17 @@ class StateLog:
         self._kafka = kafka
         self._min_between = min_between
         self._since_snapshot = 0
-        """Records appended since the last snapshot (restored ones included)."""
+        """Entries appended since the last snapshot (restored ones included)."""
+        self._live_told = 0
+        """The live count last given to :meth:`snapshot_due`."""
         self._opened: int | None = None
         """Offset of the newest snapshot's opening marker, once the broker has it."""
         self._cut_at: int | None = None
         """Offset of the opening marker of a snapshot whose closing marker the broker has too."""
         self._cuts_refused = False
+        self._batch_ids = itertools.count()
+        self._batch_prefix = BATCH + f"{time.time_ns():x}-".encode()
+        """Batch keys: unique across incarnations, so compaction never supersedes one."""
 
     def create(self, *, timeout: float = 30.0) -> None:
         """Create the topic if it does not exist (compacted, one partition)."""
@@ -108,21 +134,46 @@ class StateLog:
         self._since_snapshot += written
         return written
 
+    def append_packed(self, producer: Producer, batches: Iterable[Packed]) -> int:
+        """Write batch records (module docstring); the number of entries they hold."""
+        written = 0
+        for value, count in batches:
+            key = self._batch_prefix + str(next(self._batch_ids)).encode()
+            produce_with_backpressure(producer, self.topic, key=key, value=value)
+            written += count
+        self._since_snapshot += written
+        return written
+
     def snapshot_possible(self) -> bool:
-        """Whether enough was appended since the last snapshot for one to be due at all."""
-        return self._since_snapshot >= self._min_between
+        """Whether enough was appended since the last snapshot for one to be due at all: at
+        least ``min_between`` entries, and the live count :meth:`snapshot_due` was last told
+        (live sizes move slowly; counting 50,000 live keys at every cycle cost the worker 5 %)."""
+        return self._since_snapshot >= max(self._min_between, self._live_told)
 
     def snapshot_due(self, live: int) -> bool:
         """Whether the changes since the last snapshot outnumber the ``live`` entries."""
+        self._live_told = live
         return self._since_snapshot >= max(live, self._min_between)
 
     def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
         """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
+        self.snapshot_packed(producer, lambda: [], count, plain=live)
+
+    def snapshot_packed(
+        self,
+        producer: Producer,
+        batches: Callable[[], Iterable[Packed]],
+        count: int,
+        *,
+        plain: Callable[[], Entries] = lambda: (),
+    ) -> None:
+        """Write a snapshot of the ``count`` live entries, packed in ``batches`` (and ``plain``)."""
         produce_with_backpressure(
             producer, self.topic, key=SNAPSHOT_MARKER, value=str(count).encode(), on_delivery=self._marker
         )
-        for key, value in live():
+        for key, value in plain():
             produce_with_backpressure(producer, self.topic, key=key, value=value)
+        self.append_packed(producer, batches())
         produce_with_backpressure(
             producer, self.topic, key=SNAPSHOT_END, value=str(count).encode(), on_delivery=self._end
         )
@@ -167,8 +218,13 @@ class StateLog:
             else:
                 log.warning("state log %s: cut not made (the next snapshot cuts): %s", self.topic, err)
 
-    def restore(self, *, timeout: float = 30.0) -> Restored:
-        """The live entries as of the newest committed write (call after fencing older writers)."""
+    @overload
+    def restore(self, *, timeout: float = 30.0) -> Restored[bytes]: ...
+    @overload
+    def restore(self, *, unpack: Unpack[V], timeout: float = 30.0) -> Restored[bytes | V]: ...
+    def restore(self, *, unpack: Unpack[V] | None = None, timeout: float = 30.0) -> Restored[bytes | V]:
+        """The live entries as of the newest committed write (call after fencing older writers);
+        batches are read with ``unpack`` (:class:`StateLogError` for one when there is none)."""
         started = time.monotonic()
         reader = Consumer(
             self._kafka.librdkafka(
@@ -193,15 +249,21 @@ class StateLog:
         finally:
             reader.close()
         first = _newest_complete(records) or 0
-        entries: dict[bytes, bytes] = {}
+        entries: dict[bytes, bytes | V] = {}
+        applied = 0
         for _, key, value in records[first:]:
             if key in (SNAPSHOT_MARKER, SNAPSHOT_END):
                 continue
-            if value is None:
-                entries.pop(key, None)
+            if key.startswith(BATCH):
+                if unpack is None:
+                    raise StateLogError(f"state log {self.topic}: a batch record and no reader for it")
+                for entry, unpacked in unpack(value or b""):
+                    _apply(entries, entry, unpacked)
+                    applied += 1
             else:
-                entries[key] = value
-        self._since_snapshot = len(records) - first
+                _apply(entries, key, value)
+                applied += 1
+        self._since_snapshot = applied
         restored = Restored(entries, len(records), time.monotonic() - started)
         log.info(
             "state log %s: %d live entries restored from %d records in %.2f s",
@@ -211,6 +273,13 @@ class StateLog:
             restored.seconds,
         )
         return restored
+
+
+def _apply(entries: dict[bytes, bytes | V], key: bytes, value: bytes | V | None) -> None:
+    if value is None:
+        entries.pop(key, None)
+    else:
+        entries[key] = value
 
 
 def _newest_complete(records: list[tuple[int, bytes, bytes | None]]) -> int | None:

@@ -30,6 +30,7 @@ from gpulens.schemas.model.exceptions import (
 from gpulens.schemas.model.models import Record
 from gpulens.schemas.model.topics import TopicSpec
 from gpulens.schemas.wire.compiled_reader import NotCompiled, Reader, compile_reader
+from gpulens.schemas.wire.compiled_writer import Writer, compile_writer
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -42,6 +43,14 @@ _UNKNOWN = object()
 def _compiled(model: type[Record]) -> Reader | None:
     try:
         return compile_reader(model)
+    except NotCompiled:
+        return None
+
+
+@lru_cache(maxsize=64)
+def _compiled_writer(model: type[Record]) -> Writer | None:
+    try:
+        return compile_writer(model)
     except NotCompiled:
         return None
 
@@ -85,7 +94,14 @@ class AvroCodec:
         return schema_id
 
     def encode(self, topic: TopicSpec, record: Record) -> bytes:
-        """The wire bytes of ``record`` on ``topic``."""
+        """The wire bytes of ``record`` on ``topic``: through the topic's generated writer
+        (:mod:`gpulens.schemas.wire.compiled_writer`) where it has one and can write the record,
+        else from ``model_dump`` through fastavro."""
+        writer = _compiled_writer(topic.record)
+        if writer is not None:
+            header = confluent_header(self.schema_id(topic))
+            with suppress(Exception):  # anything it cannot write, the exact path writes
+                return header + writer(record)
         return self.encode_dict(topic, record.model_dump())
 
     def encode_dict(self, topic: TopicSpec, record: dict[str, Any]) -> bytes:

@@ -74,9 +74,16 @@ class SampleColumns(NamedTuple):
 
 def readings(batch: GpuSampleBatch | SampleColumns) -> Iterable[tuple[str, float | None]]:
     """``(device_id, utilization_pct)`` of each GPU of a batch, in order, however it was read."""
+    return zip(*columns(batch), strict=True)
+
+
+def columns(batch: GpuSampleBatch | SampleColumns) -> tuple[list[str], list[float | None]]:
+    """The device_ids and the utilizations of a batch's GPUs, in order, however it was read
+    (a loop over whole columns makes one call per batch where it would make one per GPU)."""
     if isinstance(batch, SampleColumns):
-        return zip(batch.device_ids, batch.utilizations, strict=True)
-    return ((sample.device_id, sample.utilization_pct) for sample in batch.samples)
+        return batch.device_ids, batch.utilizations
+    samples = batch.samples
+    return [sample.device_id for sample in samples], [sample.utilization_pct for sample in samples]
 
 
 def event_name(event: object) -> str:
