@@ -1,7 +1,7 @@
 """Restart cost of the worker: restore from checkpointed state versus re-reading history.
 
-    python -m bench.restart [--nodes 1250] [--histories 10,60] [--history-speed 2]
-                            [--new-seconds 40] [--cold]
+    python -m bench.restart [--nodes 1250] [--histories 10,60] [--history-speed 1.5]
+                            [--new-seconds 40] [--keep-s 60] [--cold]
 
 For each history length (simulated minutes), on a private platform of its own (noida-db
 broker, registry; free ports, a temporary directory):
@@ -31,6 +31,12 @@ broker, registry; free ports, a temporary directory):
    (the history's wall and CPU seconds and peak RSS are shown too). The restart only reads
    the new records (it restores its state from the changelogs), so its fetches stay small.
 
+Beside the worker, the broker's retention runs as `gpulens up` runs it (a pass every 10 s,
+``--keep-s`` of records kept once the worker's group has consumed them), the worker's group the
+only one that holds records back. The broker's memory then follows the live state, not the
+history (noida-db holds every retained record: 7.8 GB after 60 minutes without it), and a
+restart can only rebuild from the checkpoints: the history is gone from the inputs.
+
 ``--cold`` also measures the same restart with a new consumer group (no checkpoint: it reads
 every input from the beginning, as every restart did before checkpoints) for the first
 history length: the baseline (on noida-db, only for a history short enough for one fetch).
@@ -46,8 +52,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,12 +66,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.e2e_probes import usage
 from gpulens.config import GPULensSettings
+from gpulens.infra.retaining import Retainer, RetentionMetrics, RetentionPolicy, run_retention
 from gpulens.platform import free_port, private_platform
-from gpulens.schemas.model.topics import CLUSTER_ALLOCATION
+from gpulens.schemas.model.topics import CATALOG, CLUSTER_ALLOCATION
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = "restart-bench"
 TIMEOUT_S = 600
+RETENTION_EVERY_S = 10.0
+"""As `gpulens up` runs retention (``retention.interval_s``)."""
 LAG_EVERY_S = 5.0
 """How often the worker measures its lag (``LagMonitor``'s interval): a reading is that old at most."""
 
@@ -190,9 +202,34 @@ def first_new_row(settings: GPULensSettings, worker: subprocess.Popen[bytes], be
     raise SystemExit(f"no new row within {TIMEOUT_S} s of the restart")
 
 
-def measure(nodes: int, minutes: int, speed: float, new_seconds: float, *, cold: bool) -> Restart:
+@contextmanager
+def retention(settings: GPULensSettings, group: str, keep_s: float) -> Iterator[None]:
+    """The broker's retention in a thread, ``group`` the only one holding records back (none
+    when ``keep_s`` is negative)."""
+    if keep_s < 0:
+        yield
+        return
+    policy = RetentionPolicy(topics=CATALOG, keep_ms=round(keep_s * 1000), required={group: ()})
+    metrics, stop = RetentionMetrics(), threading.Event()
+    passes = threading.Thread(
+        target=run_retention,
+        args=(Retainer(settings.kafka, policy, metrics=metrics), metrics),
+        kwargs={"interval_s": RETENTION_EVERY_S, "stop": stop},
+        daemon=True,
+    )
+    passes.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        passes.join()
+
+
+def measure(
+    nodes: int, minutes: int, speed: float, new_seconds: float, keep_s: float, *, cold: bool
+) -> Restart:
     directory = Path(tempfile.mkdtemp(prefix=f"gpulens-restart-{minutes}-"))
-    with private_platform(directory) as settings:
+    with private_platform(directory) as settings, retention(settings, "bench", keep_s):
         config, log = directory / "gpulens.toml", directory / "worker.log"
         print(
             f"  {minutes} min: the worker follows the history at {speed:g}x ...", file=sys.stderr, flush=True
@@ -249,19 +286,26 @@ def main() -> None:
     parser.add_argument(
         "--history-speed",
         type=float,
-        default=6.0,
-        help="history's pace, times real time (the worker must keep up)",
+        default=1.5,
+        help="history's pace, times real time (the worker must keep up: 1.5 at 10,000 GPUs, quiet)",
     )
     parser.add_argument(
         "--new-seconds", type=float, default=40.0, help="new data after the kill (past a 30 s window's end)"
+    )
+    parser.add_argument(
+        "--keep-s",
+        type=float,
+        default=60.0,
+        help="seconds the broker keeps a record the worker has consumed (negative: no retention)",
     )
     parser.add_argument("--cold", action="store_true", help="also measure a restart without checkpoint")
     options = parser.parse_args()
     histories = [int(m) for m in options.histories.split(",")]
     speed, new_seconds = options.history_speed, options.new_seconds
-    results = [measure(options.nodes, m, speed, new_seconds, cold=False) for m in histories]
+    keep_s = options.keep_s
+    results = [measure(options.nodes, m, speed, new_seconds, keep_s, cold=False) for m in histories]
     if options.cold:
-        results.append(measure(options.nodes, histories[0], speed, new_seconds, cold=True))
+        results.append(measure(options.nodes, histories[0], speed, new_seconds, -1.0, cold=True))
     gpus = options.nodes * 8
     print(f"\nrestart of `gpulens worker` at {gpus:,} GPUs ({options.nodes:,} nodes, 2 s samples)")
     print(
