@@ -25,8 +25,10 @@ broker, registry; free ports, a temporary directory):
 3. a second simulation publishes ``--new-seconds`` of new data right after the history (the
    history's final watermark closed the window holding its end: the new data must reach past
    that window for a new row to exist);
-4. the worker is started again, and measured from its start to its first new output row (the
-   first ``cluster_gpu_allocation`` row of the cluster after the restart): wall seconds, its
+4. the worker is started again, and measured from its start to its state restored (``restored``:
+   its ``gpulens_worker_restored_state_keys`` is set; it then reads on) and to its first new
+   output row (the first ``cluster_gpu_allocation`` row of the cluster after the restart, which
+   waits for the new data to be read past a window's end): wall seconds, its
    CPU seconds until then, the state keys it restored, the records it read and its peak RSS
    (the history's wall and CPU seconds and peak RSS are shown too). The restart only reads
    the new records (it restores its state from the changelogs), so its fetches stay small.
@@ -89,6 +91,8 @@ class Restart:
     """Peak RSS of the worker following the history."""
     max_lag: int
     """Largest lag (records) the worker read while following the history."""
+    restored_s: float
+    """Worker start to its state restored (``gpulens_worker_restored_state_keys`` set)."""
     to_output_s: float
     """Worker start to its first new output row."""
     cpu_s: float
@@ -102,7 +106,7 @@ class Restart:
         return (
             f"{self.history_min:>8} min  {self.mode:<10} {self.history_wall_s:>9.1f}"
             f" {self.history_cpu_s:>9.1f} {self.history_peak_mb:>9,.0f} {self.max_lag:>9,}"
-            f" {self.to_output_s:>12.2f}"
+            f" {self.restored_s:>9.2f} {self.to_output_s:>10.2f}"
             f" {self.cpu_s:>9.2f} {self.restored_keys:>10,} {self.records_read:>11,} {self.peak_mb:>9,.0f}"
         )
 
@@ -183,18 +187,24 @@ def wait_caught_up(port: int, worker: subprocess.Popen[bytes]) -> None:
         time.sleep(0.5)
 
 
-def first_new_row(settings: GPULensSettings, worker: subprocess.Popen[bytes], began: float) -> float:
-    """Wall seconds from ``began`` to the first cluster row the restarted worker publishes."""
+def first_new_row(
+    settings: GPULensSettings, worker: subprocess.Popen[bytes], port: int, began: float
+) -> tuple[float, float]:
+    """Wall seconds from ``began`` to the restarted worker's state restored (its /metrics on
+    ``port`` says how many keys), and to the first cluster row it publishes."""
     reader = Consumer(
         settings.kafka.librdkafka(**{"group.id": "restart-bench-rows", "isolation.level": "read_committed"})
     )
     _, end = reader.get_watermark_offsets(TopicPartition(CLUSTER_ALLOCATION.name, 0), timeout=10)
     reader.assign([TopicPartition(CLUSTER_ALLOCATION.name, 0, end)])
+    restored = float("nan")
     try:
         while time.monotonic() - began < TIMEOUT_S:
+            if restored != restored and metrics(port).get("gpulens_worker_restored_state_keys", 0) > 0:
+                restored = time.monotonic() - began
             for message in reader.consume(100, 0.05):
                 if message.error() is None and message.key() == CLUSTER.encode():
-                    return time.monotonic() - began
+                    return restored, time.monotonic() - began
             if worker.poll() is not None:
                 raise SystemExit(f"the worker exited ({worker.returncode})")
     finally:
@@ -260,14 +270,14 @@ def measure(
         began = time.monotonic()
         worker = start_worker(config, "bench-cold" if cold else "bench", port, log)
         try:
-            to_output = first_new_row(settings, worker, began)
+            restored, to_output = first_new_row(settings, worker, port, began)
             cpu = usage([worker.pid])
             seen = metrics(port)
         finally:
             worker.terminate()
             worker.wait(30)
         result = Restart(
-            minutes, *history, to_output, cpu.cpu_s if cpu else float("nan"),
+            minutes, *history, restored, to_output, cpu.cpu_s if cpu else float("nan"),
             int(seen.get("gpulens_worker_restored_state_keys", 0)),
             int(seen.get("gpulens_worker_records_in_total", 0)),
             cpu.hwm_kb / 1024 if cpu else float("nan"),
@@ -309,11 +319,13 @@ def main() -> None:
     gpus = options.nodes * 8
     print(f"\nrestart of `gpulens worker` at {gpus:,} GPUs ({options.nodes:,} nodes, 2 s samples)")
     print(
-        f"{'history':>12}  {'restart':<10} {'history':>9} {'cpu':>9} {'peak':>9} {'max':>9} {'to output':>12}"
+        f"{'history':>12}  {'restart':<10} {'history':>9} {'cpu':>9} {'peak':>9} {'max':>9}"
+        f" {'restored':>9} {'to output':>10}"
         f" {'cpu':>9} {'restored':>10} {'records':>11} {'peak':>9}"
     )
     print(
-        f"{'':>12}  {'':<10} {'wall s':>9} {'s':>9} {'RSS MB':>9} {'lag':>9} {'wall s':>12} {'s':>9}"
+        f"{'':>12}  {'':<10} {'wall s':>9} {'s':>9} {'RSS MB':>9} {'lag':>9} {'wall s':>9} {'wall s':>10}"
+        f" {'s':>9}"
         f" {'keys':>10} {'read':>11} {'RSS MB':>9}"
     )
     for result in results:
@@ -323,7 +335,8 @@ def main() -> None:
         first, last = checkpointed[0], checkpointed[-1]
         print(
             f"ratio {last.history_min} min / {first.history_min} min: to output "
-            f"{last.to_output_s / first.to_output_s:.2f}, cpu {last.cpu_s / first.cpu_s:.2f}"
+            f"{last.to_output_s / first.to_output_s:.2f}, cpu {last.cpu_s / first.cpu_s:.2f}, "
+            f"restored {last.restored_s / first.restored_s:.2f}"
         )
 
 

@@ -129,6 +129,28 @@ def test_a_committed_snapshot_cuts_the_log_before_it_and_the_restore_sees_every_
     assert StateLog(platform.kafka, log.topic).restore().entries == writer.committed
 
 
+def test_a_restore_counts_only_what_was_written_after_its_snapshot_towards_the_next(platform, unique) -> None:
+    """A restored log whose snapshot is recent writes no new one at its first commit; one with
+    no snapshot and more changes than live keys does."""
+    snapshotted = StateLog(platform.kafka, f"test.state-log-due.{unique}", min_between=10)
+    snapshotted.create()
+    writer = _TransactionalWriter(platform.kafka, snapshotted, f"due-{unique}")
+    writer.cycle({f"k{i}".encode(): b"1" for i in range(100)}, snapshot=True)
+    writer.cycle({f"k{i}".encode(): b"2" for i in range(20)}, snapshot=False)
+    restored = StateLog(platform.kafka, snapshotted.topic, min_between=10)
+    assert len(restored.restore().entries) == 100
+    assert not restored.snapshot_due(100), "20 changes since a snapshot of 100 keys"
+
+    unsnapshotted = StateLog(platform.kafka, f"test.state-log-undue.{unique}", min_between=10)
+    unsnapshotted.create()
+    writer = _TransactionalWriter(platform.kafka, unsnapshotted, f"undue-{unique}")
+    for round_ in range(3):
+        writer.cycle({f"k{i}".encode(): str(round_).encode() for i in range(100)}, snapshot=False)
+    restored = StateLog(platform.kafka, unsnapshotted.topic, min_between=10)
+    assert len(restored.restore().entries) == 100
+    assert restored.snapshot_due(100), "300 changes and no snapshot of 100 keys"
+
+
 def test_a_snapshot_aborted_with_its_transaction_is_never_cut_to(platform, unique) -> None:
     log = StateLog(platform.kafka, f"test.state-log-abort.{unique}", min_between=1)
     log.create()

@@ -98,7 +98,7 @@ class Stateful(Protocol):
 
 
 def encode_key(key: StateKey) -> bytes:
-    return json.dumps(key, separators=(",", ":")).encode()
+    return _JSON.encode(key).encode()
 
 
 def decode_key(raw: bytes) -> StateKey:

@@ -248,12 +248,16 @@ class StateLog:
                     break
         finally:
             reader.close()
-        first = _newest_complete(records) or 0
+        first = _newest_complete(records)
         entries: dict[bytes, bytes | V] = {}
-        applied = 0
-        for _, key, value in records[first:]:
+        # Only entries written after the snapshot count towards the next one: counting the
+        # snapshot's own made every restart write a full snapshot at its first commit.
+        after_snapshot, tail = first is None, 0
+        for _, key, value in records[first or 0 :]:
             if key in (SNAPSHOT_MARKER, SNAPSHOT_END):
+                after_snapshot = after_snapshot or key == SNAPSHOT_END
                 continue
+            applied = 0
             if key.startswith(BATCH):
                 if unpack is None:
                     raise StateLogError(f"state log {self.topic}: a batch record and no reader for it")
@@ -262,8 +266,10 @@ class StateLog:
                     applied += 1
             else:
                 _apply(entries, key, value)
-                applied += 1
-        self._since_snapshot = applied
+                applied = 1
+            if after_snapshot:
+                tail += applied
+        self._since_snapshot = tail
         restored = Restored(entries, len(records), time.monotonic() - started)
         log.info(
             "state log %s: %d live entries restored from %d records in %.2f s",
