@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -417,11 +417,51 @@ def test_watch_once_on_the_command_line_publishes_the_cluster_and_exits(
     ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "2 events published" in result.output
+    assert "2 changes published, then a watermark" in result.output
     assert sorted(summary(e) for e in published.drain()) == [
         ("NodeEvent", "n1", ChangeType.ADDED),
         ("PodEvent", "p1", ChangeType.ADDED),
     ]
+
+
+def test_watch_once_ends_with_a_watermark_produced_after_what_it_listed(
+    kube, platform, codec, config_file, tmp_path, cluster
+) -> None:
+    """A cron of `watch --once` moves its cluster's event time: its last record is a watermark
+    of its source, produced after the changes it published, vouching for the wall clock less
+    watermark_lag_s (2 s)."""
+    published = Published(platform, codec, cluster, more=(WATERMARKS,))
+    try:
+        kube.create("nodes", node("n1"))
+        kube.create("pods", gpu_pod("p1"))
+        command = [
+            "watch",
+            "--once",
+            "--cluster",
+            cluster,
+            "--kubeconfig",
+            str(kubeconfig_of(kube, tmp_path)),
+        ]
+        began = datetime.now(UTC)
+        run = subprocess.run(
+            [sys.executable, "-m", "gpulens", "--config", str(config_file), *command],
+            capture_output=True,
+            timeout=120,
+        )
+        ended = datetime.now(UTC)
+        assert run.returncode == 0, run.stderr.decode()[-2000:]
+        published.drain()  # it flushed before exiting: everything is on the broker
+        pairs = list(zip(published.created, published.events, strict=True))
+        marks = [(c, e) for c, e in pairs if isinstance(e, Watermark)]
+        changes = [(c, e) for c, e in pairs if not isinstance(e, Watermark)]
+        assert len(marks) == 1 and len(changes) == 2
+        created, mark = marks[0]
+        assert mark.source == "k8s-watcher" and not mark.final
+        assert created >= max(c for c, _ in changes), "produced after every change it vouches for"
+        lag = timedelta(seconds=2)
+        assert began - lag <= mark.event_time <= ended - lag
+    finally:
+        published.close()
 
 
 def test_a_watcher_vouches_for_the_wall_clock_only_after_publishing_what_came_before(

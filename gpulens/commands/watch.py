@@ -23,7 +23,12 @@ log = logging.getLogger("gpulens.watch")
 @click.option(
     "--in-cluster", is_flag=True, help="Use the pod's service account (when run inside Kubernetes)."
 )
-@click.option("--once", is_flag=True, help="List everything once, publish what changed, and exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="List everything once, publish what changed and a watermark (the wall clock less "
+    "watermark_lag_s), and exit.",
+)
 @pass_context
 def watch(
     context: Context, cluster: str | None, kubeconfig: Path | None, in_cluster: bool, once: bool
@@ -35,7 +40,8 @@ def watch(
     Topics: gpulens.nodes.v1, gpulens.pods.v1, gpulens.workloads.v1, gpulens.storage.v1 (Avro,
     keyed by entity). Volume usage is read from each node's kubelet summary every
     [watcher] storage_usage_interval_s (0: capacity only; storage = false: no volumes).
-    While it leads, a Watermark on gpulens.watermarks.v1 every [watcher] watermark_interval_s.
+    While it leads, a Watermark on gpulens.watermarks.v1 every [watcher] watermark_interval_s
+    (with --once, one after the changes).
     Only a change of what is published makes an event (no node heartbeats); a restart or a new
     leader continues from what the topics hold, without duplicates or gaps. With
     [watcher.lease] enabled (the default) only the replica holding the Lease publishes; the
@@ -75,10 +81,9 @@ def watch(
             else None,
         )
         if once:
-            watcher.run_once()
-        else:
-            log.info("watching cluster %s at %s", name, configuration.host)
-            watcher.run(service.stop)
+            return watcher.run_once()
+        log.info("watching cluster %s at %s", name, configuration.host)
+        watcher.run(service.stop)
         return publisher.published
 
     try:
@@ -90,4 +95,5 @@ def watch(
         )
     finally:
         api.close()
-    click.echo(f"cluster {name}: {published} events published")
+    what = "changes published, then a watermark" if once else "records published"
+    click.echo(f"cluster {name}: {published} {what}")

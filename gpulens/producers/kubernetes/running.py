@@ -112,8 +112,10 @@ class Watcher:
             electing.join()
             elector.release()
 
-    def run_once(self) -> None:
-        """Restore, list every resource once, publish the differences, flush: ``watch --once``."""
+    def run_once(self) -> int:
+        """Restore, list every resource once, publish the differences, flush, and vouch for the
+        wall clock before the flush, less ``watermark_lag_s``: ``watch --once``. A cron of it keeps
+        its cluster's event time moving as the live watcher does. The number of changes published."""
         reconciler = self._reconciler()
         backoff = Backoff(self._settings, threading.Event())
         self._discover(backoff)
@@ -129,6 +131,20 @@ class Watcher:
             if listed is not None:
                 self._publish(reconciler.handle(listed))
         self._publisher.flush()
+        changes = self._publisher.published
+        self._watermarks().tick()  # the first tick vouches at once
+        self._publisher.flush()
+        return changes
+
+    def _watermarks(self) -> WallClockWatermarks:
+        return WallClockWatermarks(
+            self._publisher,
+            cluster=self._translator.cluster,
+            source=self._translator.source,
+            every_s=self._settings.watermark_interval_s,
+            lag_s=self._settings.watermark_lag_s,
+            now=_now,
+        )
 
     def _discover(self, backoff: Backoff) -> None:
         """The workload kinds to watch: Kueue's Workloads too where configured, or served when
@@ -166,14 +182,7 @@ class Watcher:
     def _session(self, stop: threading.Event, active: Callable[[], bool]) -> None:
         self._discover(Backoff(self._settings, stop))
         reconciler = self._reconciler()
-        watermarks = WallClockWatermarks(
-            self._publisher,
-            cluster=self._translator.cluster,
-            source=self._translator.source,
-            every_s=self._settings.watermark_interval_s,
-            lag_s=self._settings.watermark_lag_s,
-            now=_now,
-        )
+        watermarks = self._watermarks()
         items: _Items = queue.Queue(maxsize=10_000)
         ending = threading.Event()
         threads: list[threading.Thread] = []
