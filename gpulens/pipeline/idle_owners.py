@@ -304,13 +304,25 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         return found[1]
 
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
-        until = cluster.instant + self.rules.sample_valid_ms
+        """Each GPU's kind from now on. A sample that keeps its GPU's kind while the last one is
+        still valid only extends it: integrating from ``since`` later, up to the new ``until``,
+        gives the same hours (every other change of a slot integrates it first), and most
+        samples of a steady fleet are such (the worker's busiest path)."""
+        now = cluster.instant
+        until = now + self.rules.sample_valid_ms
+        kind_of, slots, aliases = self.rules.kind, cluster.slots, cluster.aliases
         for device, utilization, memory in self._readings(batch):
-            key = (batch.node, cluster.aliases.get(device, device))
-            if key not in cluster.slots:
+            key = (batch.node, aliases.get(device, device))
+            slot = slots.get(key)
+            if slot is None:
                 continue  # a GPU no inventory listed and nobody claims: nothing to split
-            slot = self._slot(cluster, key)
-            slot.kind, slot.until = self.rules.kind(utilization, memory), until
+            kind = kind_of(utilization, memory)
+            if kind == slot.kind and now <= slot.until:
+                self._changed.add(("slot", cluster.name, *key))
+            else:
+                slot = self._slot(cluster, key)
+                slot.kind = kind
+            slot.until = until
 
     def _readings(
         self, batch: GpuSampleBatch | SampleColumns
