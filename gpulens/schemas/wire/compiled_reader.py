@@ -30,6 +30,7 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import AwareDatetime
 
 from gpulens.schemas.model.models import Record
+from gpulens.schemas.wire.generated_source import GeneratedSource
 from gpulens.schemas.wire.model_rules import has_validators, refuses_nan, split
 
 Reader = Callable[[bytes, int], Record]
@@ -45,18 +46,17 @@ class NotCompiled(Exception):
 def compile_reader(model: type[Record]) -> Reader:
     """The reader of bodies written with ``model``'s schema (:class:`NotCompiled` if none)."""
     source = _Source()
-    root = source.record(model)
-    namespace: dict[str, Any] = {
+    helpers = {
         "_double": struct.Struct("<d").unpack_from,
         "_float": struct.Struct("<f").unpack_from,
         "_epoch": datetime(1970, 1, 1, tzinfo=UTC),
         "_ms": timedelta(milliseconds=1),
         "_new": object.__new__,
         "_set": object.__setattr__,
-        **source.constants,
     }
-    exec(compile("\n".join(source.lines), f"<reader of {model.__name__}>", "exec"), namespace)
-    read: Callable[[bytes, int], tuple[Record, int]] = namespace[root]
+    read: Callable[[bytes, int], tuple[Record, int]] = source.load(
+        source.record(model), helpers, f"<reader of {model.__name__}>"
+    )
 
     def reader(data: bytes, pos: int) -> Record:
         record, end = read(data, pos)
@@ -132,25 +132,21 @@ class _RunPatterns:
         return namespace["read"]  # type: ignore[no-any-return]
 
 
-class _Source:
-    """The generated module: one function per record model."""
+class _Source(GeneratedSource):
+    """The generated module: one function reading each record model."""
+
+    prefix = "_read_"
 
     def __init__(self) -> None:
+        super().__init__()
         self._finite = False
         """Whether the record being generated refuses NaN and infinities (its config)."""
-        self.lines: list[str] = []
-        self.constants: dict[str, Any] = {}
-        self._functions: dict[type[Record], str] = {}
-        self._counter = 0
 
-    def record(self, model: type[Record]) -> str:
-        """The name of the function reading ``model`` (generated once)."""
-        name = self._functions.get(model)
-        if name is not None:
-            return name
+    def _check(self, model: type[Record]) -> None:
         if model.__private_attributes__ or model.__pydantic_post_init__ or has_validators(model):
             raise NotCompiled(f"{model.__name__} has validators, private attributes or a post-init")
-        name = self._functions[model] = f"_read_{model.__name__}"
+
+    def _define(self, model: type[Record], name: str) -> None:
         hints = typing.get_type_hints(model, include_extras=True)
         outer, self._finite = self._finite, refuses_nan(model)
         body: list[str] = []
@@ -173,7 +169,6 @@ class _Source:
         ]
         self.lines += [f"def {name}(data, pos):", *body, ""]
         self._finite = outer
-        return name
 
     def _speculative_run(self, out: list[str], run: list[str], model: type[Record]) -> None:
         """Optional doubles in a row: one ``struct`` call for the null/non-null pattern the last
@@ -195,16 +190,6 @@ class _Source:
         present = ", ".join(f"{var} is not None" for var in names)
         out += [f"        {guess}[0] = {patterns}(({present},))", "    else:"]
         out.append(f"        {', '.join(names)}, pos = r")
-
-    def _constant(self, value: Any) -> str:
-        self._counter += 1
-        key = f"_c{self._counter}"
-        self.constants[key] = value
-        return key
-
-    def _var(self) -> str:
-        self._counter += 1
-        return f"v{self._counter}"
 
     def _value(self, out: list[str], var: str, annotation: Any, checks: list[Any], pad: str) -> None:
         """Lines that read a value of ``annotation`` into ``var`` and check it."""

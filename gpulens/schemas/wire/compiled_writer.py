@@ -31,6 +31,7 @@ from pydantic import AwareDatetime
 from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.models import Record
 from gpulens.schemas.wire.compiled_reader import NotCompiled
+from gpulens.schemas.wire.generated_source import GeneratedSource
 from gpulens.schemas.wire.model_rules import split
 
 Writer = Callable[[Record], bytes]
@@ -49,15 +50,14 @@ def _long(out: bytearray, n: int) -> None:
 def compile_writer(model: type[Record]) -> Writer:
     """The writer of ``model``'s bodies in its committed schema (:class:`NotCompiled` if none)."""
     source = _Source(_record_fields(json.loads(committed(model))))
-    root = source.record(model)
-    namespace: dict[str, Any] = {
+    helpers = {
         "_double": struct.Struct("<d").pack,
         "_epoch": datetime(1970, 1, 1, tzinfo=UTC),
         "_long": _long,
-        **source.constants,
     }
-    exec(compile("\n".join(source.lines), f"<writer of {model.__name__}>", "exec"), namespace)
-    write: Callable[[Record, bytearray], None] = namespace[root]
+    write: Callable[[Record, bytearray], None] = source.load(
+        source.record(model), helpers, f"<writer of {model.__name__}>"
+    )
 
     def writer(record: Record) -> bytes:
         if type(record) is not model:
@@ -86,28 +86,24 @@ def _record_fields(schema: Any, found: dict[str, list[str]] | None = None) -> di
     return found
 
 
-class _Source:
-    """The generated module: one function per record model."""
+class _Source(GeneratedSource):
+    """The generated module: one function writing each record model."""
+
+    prefix = "_write_"
 
     def __init__(self, schema_fields: dict[str, list[str]]) -> None:
+        super().__init__()
         self._schema_fields = schema_fields
         """Field names of the schema's records: the writer writes the model's in its order."""
-        self.lines: list[str] = []
-        self.constants: dict[str, Any] = {}
-        self._functions: dict[type[Record], str] = {}
-        self._counter = 0
 
-    def record(self, model: type[Record]) -> str:
-        """The name of the function writing ``model`` (generated once)."""
-        name = self._functions.get(model)
-        if name is not None:
-            return name
+    def _check(self, model: type[Record]) -> None:
         decorators = model.__pydantic_decorators__
         if decorators.field_serializers or decorators.model_serializers or decorators.computed_fields:
             raise NotCompiled(f"{model.__name__} has serializers or computed fields")
         if self._schema_fields.get(model.__name__) != list(model.model_fields):
             raise NotCompiled(f"{model.__name__}: not the fields of its record in the schema, in order")
-        name = self._functions[model] = f"_write_{model.__name__}"
+
+    def _define(self, model: type[Record], name: str) -> None:
         hints = typing.get_type_hints(model, include_extras=True)
         body: list[str] = []
         for field in model.model_fields:
@@ -115,17 +111,6 @@ class _Source:
             body.append(f"    {var} = o.{field}")
             self._value(body, var, hints[field], "    ")
         self.lines += [f"def {name}(o, out):", *(body or ["    pass"]), ""]
-        return name
-
-    def _constant(self, value: Any) -> str:
-        self._counter += 1
-        key = f"_c{self._counter}"
-        self.constants[key] = value
-        return key
-
-    def _var(self) -> str:
-        self._counter += 1
-        return f"v{self._counter}"
 
     def _value(self, out: list[str], var: str, annotation: Any, pad: str) -> None:
         """Lines that append the encoding of ``var``, a value of ``annotation``."""
