@@ -19,6 +19,7 @@ import json
 import time
 
 from gpulens.pipeline.event_time import EventClocks
+from gpulens.testing.clocks import ManualClock
 
 STEP_S = 0.2
 CYCLE_STEPS = 5
@@ -27,21 +28,13 @@ HEARD_EVERY_S = 5.0
 WATERMARK_EVERY_S = 10.0
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=12_500)
     parser.add_argument("--partitions", type=int, default=26)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
-    clock = _Clock()
+    clock = ManualClock()
     clocks = EventClocks(source_timeout_s=30.0, clock=clock)
     sources = [f"node-agent/node-{i}" for i in range(args.sources)]
     partitions = [("topic", p) for p in range(args.partitions)]

@@ -14,14 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
+from hostile_support import metric, wait
 
 from gpulens.infra.broker import noida_argv
 from gpulens.infra.launching import ServiceManager, ServiceSpec
@@ -34,35 +32,6 @@ from gpulens.schemas.wire.codec import AvroCodec
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL_S = 0.2
-
-
-def wait_for(
-    condition: Callable[[], Any], what: str, agent: subprocess.Popen[bytes], timeout: float = 30
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert agent.poll() is None, f"the agent exited ({agent.returncode})"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return result
-
-
-def spooled(port: int) -> float:
-    """The agent's gpulens_agent_spool_records (0 while /metrics does not answer)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return 0.0
-    return next(
-        (
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "gpulens_agent_spool_records"
-        ),
-        0.0,
-    )
 
 
 class Log:
@@ -116,7 +85,12 @@ def test_the_agent_vouches_only_for_records_the_broker_acknowledged(
     )
     spawned.append(agent)
     # the broker is away: rounds time out into the spool
-    wait_for(lambda: spooled(metrics_port) >= 8, "rounds spooled while the broker is away", agent)
+    wait(
+        lambda: metric(metrics_port, "gpulens_agent_spool_records") >= 8,
+        30,
+        "rounds spooled while the broker is away",
+        agent,
+    )
     back = datetime.now(UTC)
     services = ServiceManager(tmp_path / "broker")
     services.start(
@@ -125,7 +99,7 @@ def test_the_agent_vouches_only_for_records_the_broker_acknowledged(
     try:
         create_topics(kafka)
         log = Log(kafka, codec, cluster, (GPU_SAMPLES, DEVICE_INVENTORY, GPU_HEALTH, WATERMARKS))
-        wait_for(lambda: len(log.marks()) >= 4, "four watermarks once the broker is there", agent)
+        wait(lambda: len(log.marks()) >= 4, 30, "four watermarks once the broker is there", agent)
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(30) == 0
         log.read()

@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from alert_oracle import SAMPLES
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from module_platform_fixtures import module_platform_fixtures
 from trace_slices import head_of
 
 from gpulens.cli import LAG_UNKNOWN, NOT_DRAINED
@@ -28,15 +28,7 @@ from gpulens.schemas.model.topics import CLUSTER_ALLOCATION, WORKLOAD_USAGE
 PARTITIONS = 2
 
 
-@pytest.fixture(scope="module")
-def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
-    """This module's own platform (the pipeline test runs the default groups on it)."""
-    return module_platform[0]
-
-
-@pytest.fixture(scope="module")
-def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
-    return module_platform[1]
+platform, config_file = module_platform_fixtures()
 
 
 def gpulens(config: Path, *args: str) -> list[str]:

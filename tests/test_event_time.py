@@ -14,20 +14,13 @@ from gpulens.pipeline.event_time import (
     EventClocks,
     EventTimeBounds,
 )
+from gpulens.testing.clocks import ManualClock
 
 NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def started(clock: Clock, *sources: str, lateness_ms: int = 0) -> EventClocks:
+def started(clock: ManualClock, *sources: str, lateness_ms: int = 0) -> EventClocks:
     """Clocks of cluster ``c`` whose ``sources`` have spoken, past the start's wait."""
     clocks = EventClocks(source_timeout_s=TIMEOUT, allowed_lateness_ms=lateness_ms, clock=clock)
     for source in sources:
@@ -46,13 +39,13 @@ def vouch(clocks: EventClocks, source: str, at_ms: int, *, final: bool = False) 
 
 
 def test_a_cluster_without_watermarks_has_no_event_time() -> None:
-    clocks = started(Clock(), "watcher")
+    clocks = started(ManualClock(), "watcher")
     assert clocks.time("c") is None
     assert clocks.limit("c") is None
 
 
 def test_a_watermark_waits_until_every_partition_is_fetched_to_the_ends_seen_after_it() -> None:
-    clocks = started(Clock(), "replay")
+    clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False)
     assert clocks.wants_barrier
     clocks.settle({NODES: 100, PODS: 100})
@@ -67,7 +60,7 @@ def test_a_watermark_waits_until_every_partition_is_fetched_to_the_ends_seen_aft
 
 def test_end_offsets_are_asked_for_at_most_twice_a_second_and_shared_by_the_watermarks_read() -> None:
     """Thousands of agents send a watermark every few seconds: the broker is not asked per watermark."""
-    clock = Clock()
+    clock = ManualClock()
     clocks = started(clock, "a", "b")
     clocks.watermark("c", "a", 1_000, final=False)
     assert clocks.wants_barrier
@@ -85,7 +78,7 @@ def test_end_offsets_are_asked_for_at_most_twice_a_second_and_shared_by_the_wate
 def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_before_it() -> None:
     """Catching up, the watermarks are read long before the data: each takes effect once the
     partitions are fetched to where records stamped after it (plus the clock skew) begin."""
-    clocks = started(Clock(), "replay")
+    clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
     asked: list[int] = []
 
@@ -100,7 +93,7 @@ def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_befor
 
 
 def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() -> None:
-    clocks = started(Clock(), "replay")
+    clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
     clocks.barrier({NODES: 5, PODS: 7}, lambda _ms: {PODS: 900})  # nothing stamped later in nodes
     clocks.settle({NODES: 5, PODS: 7})
@@ -108,7 +101,7 @@ def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() ->
 
 
 def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> None:
-    clocks = started(Clock(), "nodes", "pods", lateness_ms=200)
+    clocks = started(ManualClock(), "nodes", "pods", lateness_ms=200)
     vouch(clocks, "nodes", 5_000)
     clocks.watermark("c", "pods", 3_000, final=False)
     assert clocks.limit("c") < 0, "the first watermark of pods waits for its barrier: it holds everything"
@@ -120,7 +113,7 @@ def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> No
 
 def test_a_source_heard_for_the_timeout_without_any_watermark_holds_nothing_back() -> None:
     """The grace rule: an agent too old to send watermarks must not stop its cluster."""
-    clock = Clock()
+    clock = ManualClock()
     clocks = started(clock, "watcher")
     vouch(clocks, "watcher", 5_000)
     clocks.heard("c", "old-agent")
@@ -139,7 +132,7 @@ def test_a_source_heard_for_the_timeout_without_any_watermark_holds_nothing_back
 
 
 def test_a_silent_source_stops_holding_the_cluster_back_and_counts_again_when_heard() -> None:
-    clock = Clock()
+    clock = ManualClock()
     clocks = started(clock, "nodes", "pods")
     vouch(clocks, "nodes", 5_000)
     vouch(clocks, "pods", 3_000)
@@ -153,7 +146,7 @@ def test_a_silent_source_stops_holding_the_cluster_back_and_counts_again_when_he
 
 
 def test_no_source_turns_silent_while_the_worker_holds_partitions_back() -> None:
-    clock = Clock()
+    clock = ManualClock()
     clocks = started(clock, "nodes", "samples")
     vouch(clocks, "nodes", 9_000, final=True)
     vouch(clocks, "samples", 3_000)
@@ -167,7 +160,7 @@ def test_no_source_turns_silent_while_the_worker_holds_partitions_back() -> None
 
 
 def test_a_new_cluster_waits_for_its_sources_to_speak() -> None:
-    clock = Clock()
+    clock = ManualClock()
     clocks = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
     clocks.heard("c", "nodes")
     vouch(clocks, "nodes", 5_000, final=True)
@@ -183,7 +176,7 @@ def test_a_new_cluster_waits_for_its_sources_to_speak() -> None:
 
 def test_the_clocks_are_starting_while_a_new_cluster_waits_for_its_sources() -> None:
     """What the worker's alignment pauses every partition on once it holds many records."""
-    clock = Clock()
+    clock = ManualClock()
     clocks = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
     clocks.heard("c", "nodes")
     assert not clocks.starting, "a cluster without watermarks has no time to wait for"
@@ -195,7 +188,7 @@ def test_the_clocks_are_starting_while_a_new_cluster_waits_for_its_sources() -> 
 
 
 def test_a_cluster_ends_when_every_source_sent_its_final_watermark() -> None:
-    clocks = started(Clock(), "nodes", "pods")
+    clocks = started(ManualClock(), "nodes", "pods")
     vouch(clocks, "nodes", 5_000, final=True)
     vouch(clocks, "pods", 4_000, final=True)
     assert clocks.ended("c")
@@ -205,7 +198,7 @@ def test_a_cluster_ends_when_every_source_sent_its_final_watermark() -> None:
 
 
 def test_released_instants_and_watermarks_survive_a_checkpoint_and_wait_for_a_new_barrier() -> None:
-    clock = Clock()
+    clock = ManualClock()
     clocks = started(clock, "nodes", "pods")
     vouch(clocks, "nodes", 5_000)
     vouch(clocks, "pods", 4_000, final=True)
@@ -229,7 +222,7 @@ def test_released_instants_and_watermarks_survive_a_checkpoint_and_wait_for_a_ne
 def test_a_checkpoint_cycle_rewrites_only_the_sources_whose_watermark_moved() -> None:
     """With an agent per node a cluster has thousands of sources: a cycle writes the few that
     moved, not every one of them."""
-    clocks = started(Clock(), *(f"agent/{i}" for i in range(100)))
+    clocks = started(ManualClock(), *(f"agent/{i}" for i in range(100)))
     for i in range(100):
         vouch(clocks, f"agent/{i}", 1_000)
     assert len(clocks.changed()) == 1 + 100, "the first checkpoint: the cluster and every source"
@@ -243,7 +236,7 @@ def test_a_checkpoint_cycle_rewrites_only_the_sources_whose_watermark_moved() ->
 
 def test_a_checkpoint_holding_the_sources_in_the_clusters_value_is_loaded_as_well() -> None:
     """The layout before sources had keys of their own."""
-    clock = Clock()
+    clock = ManualClock()
     restored = EventClocks(source_timeout_s=TIMEOUT, clock=clock)
     restored.load(
         ("cluster", "c"),
@@ -316,7 +309,7 @@ def test_bounds_refuse_a_non_positive_ahead_or_a_negative_behind() -> None:
 
 
 def test_the_newest_time_of_a_cluster_is_its_released_or_vouched_time() -> None:
-    clock = Clock()
+    clock = ManualClock()
     clocks = started(clock, "replay")
     assert clocks.newest_ms("c") is None
     vouch(clocks, "replay", 5_000)

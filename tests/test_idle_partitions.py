@@ -10,16 +10,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import GPULensSettings
 from gpulens.schemas.kafka.consuming import IdlePartitions
+from gpulens.testing.clocks import ManualClock
 
 PARTITIONS = 4
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -92,7 +85,7 @@ def test_a_record_reaching_a_paused_partition_is_delivered_within_the_longest_de
 def test_the_delay_doubles_while_nothing_comes_and_falls_back_on_a_record(
     consumer: Consumer, topic: str
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     idle = IdlePartitions(consumer, backoff_s=1.0, max_backoff_s=3.0, clock=clock)
     wait_until_all_paused(consumer, idle)
     for delay in (1.0, 2.0, 3.0, 3.0):
@@ -115,7 +108,7 @@ def test_the_delay_doubles_while_nothing_comes_and_falls_back_on_a_record(
 def test_partitions_resumed_together_wait_for_their_ends_not_the_poll_timeout(consumer: Consumer) -> None:
     """After a resume, consume asks for no more messages than partitions to hear from: it
     returns on their end-of-partition events (librdkafka re-fetches until they are paused)."""
-    clock = FakeClock()
+    clock = ManualClock()
     idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
     wait_until_all_paused(consumer, idle)
     assert idle.batch(100) == 100
@@ -135,7 +128,7 @@ def test_partitions_resumed_together_wait_for_their_ends_not_the_poll_timeout(co
 def test_a_resumed_partition_that_never_answers_stops_limiting_the_batch(consumer: Consumer) -> None:
     """A partition paused by someone else right after the resume (the worker's alignment)
     sends no end event: after ``ANSWER_S`` consume asks for full batches again."""
-    clock = FakeClock()
+    clock = ManualClock()
     idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
     wait_until_all_paused(consumer, idle)
     clock.now += 1.0
@@ -158,7 +151,7 @@ def test_records_flowing_come_in_full_batches_while_a_resumed_partition_is_await
     """Once a poll comes back full of records, more are queued: consume asks for a full batch
     again although a resumed partition has not answered (the worker took sample batches a few
     at a time otherwise, each poll's own cost paid for a handful of records)."""
-    clock = FakeClock()  # never moves: the silent partition is awaited all along
+    clock = ManualClock()  # never moves: the silent partition is awaited all along
     idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
     wait_until_all_paused(consumer, idle)
     producer = Producer(platform.kafka.librdkafka())

@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from module_platform_fixtures import module_platform_fixtures
 from pod_events import T0, at
 from test_worker import dead_letters_of
 from worker_support import gpulens, spawn, worker_metrics
@@ -58,15 +58,7 @@ TIMEOUT_S = 4
 """The worker's --source-timeout: also how long it waits for a new cluster's sources to speak."""
 
 
-@pytest.fixture(scope="module")
-def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
-    """A platform of this module's own: the worker's new group reads its inputs from offset 0."""
-    return module_platform[0]
-
-
-@pytest.fixture(scope="module")
-def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
-    return module_platform[1]
+platform, config_file = module_platform_fixtures()
 
 
 def node(cluster: str, name: str, second: int, *, ready: bool, change: ChangeType) -> NodeEvent:

@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
+from gpulens.testing.clocks import ManualClock
 
 A, B = ("pods", 0), ("pods", 1)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def item(partition: tuple[str, int], offset: int, at: int) -> Stamped[str]:
@@ -32,7 +25,7 @@ def test_records_are_released_in_event_time_order_across_partitions() -> None:
 
 
 def test_a_quiet_partition_holds_the_others_back_until_idle_and_drained() -> None:
-    clock = Clock()
+    clock = ManualClock()
     drained = {A: True, B: False}
     ends = PartitionEnds([A, B], drained=lambda p: drained[p], clock=clock)
     merge: EventTimeMerge[str] = EventTimeMerge(ends, idle_ms=1000)
@@ -47,7 +40,7 @@ def test_a_quiet_partition_holds_the_others_back_until_idle_and_drained() -> Non
 
 
 def test_new_data_on_a_partition_ends_its_idleness() -> None:
-    clock = Clock()
+    clock = ManualClock()
     ends = PartitionEnds([A, B], clock=clock)
     merge: EventTimeMerge[str] = EventTimeMerge(ends, idle_ms=1000)
     ends.reached(B)

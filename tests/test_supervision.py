@@ -25,14 +25,7 @@ from gpulens.platform import write_private_config
 from gpulens.producers.replay import alibaba_v2023
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.schemas.model.models import PodEvent
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from gpulens.testing.clocks import ManualClock
 
 
 def sleeper(name: str) -> ServiceSpec:
@@ -67,7 +60,7 @@ def test_a_service_that_keeps_failing_is_retried_with_doubling_delays(tmp_path: 
     failing = ServiceSpec(
         "crasher", [sys.executable, "-c", "print('attempt', flush=True); raise SystemExit(3)"]
     )
-    clock = FakeClock()
+    clock = ManualClock()
     supervisor = Supervisor(services, [failing], backoff_s=1.0, max_backoff_s=4.0, clock=clock)
     for now in (0.0, 0.5, 1.0, 2.9, 3.0, 6.9, 7.0, 10.9, 11.0):
         clock.now = now

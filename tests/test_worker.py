@@ -19,6 +19,7 @@ import pytest
 from alert_oracle import SAMPLES, idle_alerts_from_csv, stale_alerts_from_csv
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
+from module_platform_fixtures import module_platform_fixtures
 from pod_events import T0, at, leaving_at_a_window_start
 from trace_slices import head_of
 from worker_support import (
@@ -33,7 +34,6 @@ from worker_support import (
     worker_metrics,
 )
 
-from gpulens.config import GPULensSettings
 from gpulens.pipeline.operators import StateOperator
 from gpulens.pipeline.running import StreamWorker, WorkerOptions
 from gpulens.platform import free_port, private_platform
@@ -51,15 +51,7 @@ PACED_SPEED = "1000000"
 """Trace seconds per wall second of a paced replay of the slice: its 3,585 hours take 13 s."""
 
 
-@pytest.fixture(scope="module")
-def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
-    """This module's own platform (see ``module_platform``)."""
-    return module_platform[0]
-
-
-@pytest.fixture(scope="module")
-def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
-    return module_platform[1]
+platform, config_file = module_platform_fixtures()
 
 
 @pytest.fixture

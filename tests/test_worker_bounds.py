@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
+from module_platform_fixtures import module_platform_fixtures
 from prometheus_client.parser import text_string_to_metric_families
 from trace_slices import head_of
 
@@ -62,15 +63,7 @@ GAP_START = datetime(2024, 3, 1, tzinfo=UTC)
 """Inside the span of the public traces: far behind the wall clock, and in bounds."""
 
 
-@pytest.fixture(scope="module")
-def platform(module_platform: tuple[GPULensSettings, Path]) -> GPULensSettings:
-    """This module's own platform (see ``module_platform``)."""
-    return module_platform[0]
-
-
-@pytest.fixture(scope="module")
-def config_file(module_platform: tuple[GPULensSettings, Path]) -> Path:
-    return module_platform[1]
+platform, config_file = module_platform_fixtures()
 
 
 def gpulens(config: Path, *args: str) -> list[str]:
