@@ -49,6 +49,7 @@ asserts.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -200,7 +201,7 @@ def first_new_row(
     restored = float("nan")
     try:
         while time.monotonic() - began < TIMEOUT_S:
-            if restored != restored and metrics(port).get("gpulens_worker_restored_state_keys", 0) > 0:
+            if math.isnan(restored) and metrics(port).get("gpulens_worker_restored_state_keys", 0) > 0:
                 restored = time.monotonic() - began
             for message in reader.consume(100, 0.05):
                 if message.error() is None and message.key() == CLUSTER.encode():
