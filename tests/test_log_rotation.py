@@ -60,7 +60,7 @@ def test_a_chatty_service_keeps_bounded_logs_that_end_with_its_last_lines(tmp_pa
         time.sleep(0.05)
     assert services.stop("chatty")
     # stop() reaps the writer once it wrote what was left, waiting 10 s at most: more under a
-    # loaded suite, where it was seen still writing once
+    # loaded suite, where it was once seen alive after stop() returned
     deadline = time.monotonic() + 30
     while _writers_of(log):
         assert time.monotonic() < deadline, "the writer ended with its service"
