@@ -9,6 +9,7 @@ profiling tool, not a dependency: ``pip install py-spy`` into the venv to use it
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -68,21 +69,33 @@ class Profiler:
 
     def record(self, name: str, pid: int, seconds: float) -> None:
         """Sample ``pid`` for ``seconds`` (blocks that long)."""
+        sampler = self.start(name, pid, seconds)
+        if sampler is not None:
+            sampler.wait()
+
+    def start(self, name: str, pid: int, seconds: float = 3600) -> subprocess.Popen[bytes] | None:
+        """Start sampling ``pid`` for at most ``seconds``; :meth:`stop` ends it sooner (None: no py-spy)."""
         executable = py_spy()
         if executable is None:
-            return
+            return None
         self._directory.mkdir(parents=True, exist_ok=True)
         path = self._directory / f"{name}.txt"
-        subprocess.run(
+        self._files[name] = path
+        return subprocess.Popen(
             [
                 executable, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
                 "--rate", str(self._rate), "--nonblocking", "--format", "raw", "--output", str(path),
             ],
             stdout=subprocess.DEVNULL,
             stderr=(self._directory / f"{name}.log").open("wb"),
-            check=False,
         )  # fmt: skip
-        self._files[name] = path
+
+    @staticmethod
+    def stop(sampler: subprocess.Popen[bytes] | None) -> None:
+        """End a sampling early: py-spy writes what it has on SIGINT."""
+        if sampler is not None and sampler.poll() is None:
+            sampler.send_signal(signal.SIGINT)
+            sampler.wait(30)
 
     def summaries(self) -> dict[str, str]:
         """Each recorded process's hottest functions."""

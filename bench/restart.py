@@ -1,7 +1,7 @@
 """Restart cost of the worker: restore from checkpointed state versus re-reading history.
 
     python -m bench.restart [--nodes 1250] [--histories 10,60] [--history-speed 1.5]
-                            [--new-seconds 40] [--keep-s 60] [--cold]
+                            [--new-seconds 40] [--keep-s 60] [--cold] [--profile]
 
 For each history length (simulated minutes), on a private platform of its own (noida-db
 broker, registry; free ports, a temporary directory):
@@ -68,6 +68,7 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.e2e_probes import usage
+from bench.e2e_profiling import Profiler
 from gpulens.config import GPULensSettings
 from gpulens.infra.retaining import Retainer, RetentionMetrics, RetentionPolicy, run_retention
 from gpulens.platform import free_port, private_platform
@@ -237,7 +238,14 @@ def retention(settings: GPULensSettings, group: str, keep_s: float) -> Iterator[
 
 
 def measure(
-    nodes: int, minutes: int, speed: float, new_seconds: float, keep_s: float, *, cold: bool
+    nodes: int,
+    minutes: int,
+    speed: float,
+    new_seconds: float,
+    keep_s: float,
+    *,
+    cold: bool,
+    profiler: Profiler | None = None,
 ) -> Restart:
     directory = Path(tempfile.mkdtemp(prefix=f"gpulens-restart-{minutes}-"))
     with private_platform(directory) as settings, retention(settings, "bench", keep_s):
@@ -270,11 +278,13 @@ def measure(
         port = free_port()
         began = time.monotonic()
         worker = start_worker(config, "bench-cold" if cold else "bench", port, log)
+        sampler = profiler.start(f"restart-{minutes}", worker.pid) if profiler else None
         try:
             restored, to_output = first_new_row(settings, worker, port, began)
             cpu = usage([worker.pid])
             seen = metrics(port)
         finally:
+            Profiler.stop(sampler)
             worker.terminate()
             worker.wait(30)
         result = Restart(
@@ -310,11 +320,20 @@ def main() -> None:
         help="seconds the broker keeps a record the worker has consumed (negative: no retention)",
     )
     parser.add_argument("--cold", action="store_true", help="also measure a restart without checkpoint")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the restarted worker to its first new row (pip install py-spy)",
+    )
     options = parser.parse_args()
     histories = [int(m) for m in options.histories.split(",")]
     speed, new_seconds = options.history_speed, options.new_seconds
     keep_s = options.keep_s
-    results = [measure(options.nodes, m, speed, new_seconds, keep_s, cold=False) for m in histories]
+    profiler = Profiler(Path(tempfile.mkdtemp(prefix="gpulens-restart-py-spy-"))) if options.profile else None
+    results = [
+        measure(options.nodes, m, speed, new_seconds, keep_s, cold=False, profiler=profiler)
+        for m in histories
+    ]
     if options.cold:
         results.append(measure(options.nodes, histories[0], speed, new_seconds, -1.0, cold=True))
     gpus = options.nodes * 8
@@ -339,6 +358,8 @@ def main() -> None:
             f"{last.to_output_s / first.to_output_s:.2f}, cpu {last.cpu_s / first.cpu_s:.2f}, "
             f"restored {last.restored_s / first.restored_s:.2f}"
         )
+    for name, summary in (profiler.summaries() if profiler else {}).items():
+        print(f"\npy-spy of the restarted worker, {name}, from its start to its first new row:\n{summary}")
 
 
 if __name__ == "__main__":

@@ -37,11 +37,14 @@ from gpulens.pipeline.operators import (
     AlertOperator,
     AllocationOperator,
     DeviceChangelogOperator,
+    IdleOwnersOperator,
     Operator,
     StateOperator,
     WorkloadUsageOperator,
+    operators_for,
 )
 from gpulens.pipeline.running import StreamWorker, WorkerOptions
+from gpulens.pipeline.settings import PipelineSettings
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.platform import private_platform
 from gpulens.producers.publishing import EventPublisher
@@ -154,7 +157,7 @@ def measure(settings: Settings, codec: AvroCodec, cases: Cases) -> list[Measured
         operators = make()
         floor = baseline(settings, codec, operators)
         rows.append(floor)
-        done = run_worker(settings, codec, f"{index}-{name.split()[0]}", operators)
+        done = run_worker(settings, codec, str(index), operators)
         rows.append(Measured(name, done.records, done.wall_s, done.cpu_s, floor.samples))
     return rows
 
@@ -175,13 +178,17 @@ FLEET_CASES: Cases = {
     "overview (30 s windows, per node)": lambda: [
         AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True)
     ],
-    "all five, as `gpulens worker` runs": lambda: [
+    "idle GPU-hours (1 h windows)": lambda: [
+        operator for operator in operators_for(PipelineSettings()) if isinstance(operator, IdleOwnersOperator)
+    ],
+    "five (allocation, workloads, alerts, changelog, state)": lambda: [
         AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True),
         WorkloadUsageOperator(TumblingWindows(30_000)),
         AlertOperator(AlertRules()),
         DeviceChangelogOperator(),
         StateOperator(),
     ],
+    "all, as `gpulens worker` runs by default": lambda: operators_for(PipelineSettings()),
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 from alert_oracle import SAMPLES
 
 from gpulens.pipeline.alerting import AlertRules
-from gpulens.pipeline.checkpointing import decode_key, encode_key
+from gpulens.pipeline.checkpointing import PACKED_V1, decode_key, encode_key, pack, unpack
 from gpulens.pipeline.idle_owners import IdleRules
 from gpulens.pipeline.operators import (
     AlertOperator,
@@ -224,3 +224,30 @@ def test_state_keeps_no_key_for_a_deleted_pod(name: str) -> None:
     pod_keys = {key[2] for key in operator.state.live() if key[0] in ("pod", "holding", "pending")}
     assert pod_keys, "the stream leaves pods running"
     assert pod_keys <= existing
+
+
+def test_a_state_key_is_written_as_json_writes_it_whatever_its_characters() -> None:
+    """A key's bytes name its entry in every log, older ones included: the same bytes as the
+    standard library's compact JSON for every character (control, DEL, beyond ASCII) and for
+    integers beyond 64 bits."""
+    characters = "".join(map(chr, range(0x250))) + "\u2028\ud7ff\U0001f600"
+    keys = [("pod", "c", character) for character in characters]
+    keys += [("acc", "c", characters, 2**70, -(2**63), 0), ("cluster", "")]
+    for key in keys:
+        assert encode_key(key) == json.dumps(key, separators=(",", ":")).encode(), key
+        assert decode_key(encode_key(key)) == key
+
+
+def test_packed_entries_come_back_as_written() -> None:
+    """Values orjson does not write (integers beyond 64 bits, keys that are not strings) are
+    written as the standard library writes them; a batch holding NaN, as older logs may, reads."""
+    pairs: list[tuple[tuple, object]] = [
+        (("slot", "c", "n", "GPU-é"), [1.5, 2**70, None, {"a": [True]}]),
+        (("acc", "c", 7), {1: "one"}),
+        (("gone", "c"), None),
+    ]
+    read = [(decode_key(key), value) for record, _ in pack(pairs) for key, value in unpack(record)]
+    assert read == [(pairs[0][0], pairs[0][1]), (pairs[1][0], {"1": "one"}), (pairs[2][0], None)]
+    older = PACKED_V1 + json.dumps([[["x", "c"], float("nan")]]).encode()
+    [(key, value)] = list(unpack(older))
+    assert decode_key(key) == ("x", "c") and value != value  # NaN

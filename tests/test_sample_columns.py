@@ -46,9 +46,11 @@ IDLE_RULES = IdleRules(
 
 def same(columns: SampleColumns, record: GpuSampleBatch) -> bool:
     fields = ("event_id", "cluster", "event_time", "source", "node")
-    return [getattr(columns, f) for f in fields] == [getattr(record, f) for f in fields] and list(
-        readings(columns)
-    ) == list(readings(record))
+    return (
+        [getattr(columns, f) for f in fields] == [getattr(record, f) for f in fields]
+        and list(readings(columns)) == list(readings(record))
+        and columns.memories == [sample.memory_used_bytes for sample in record.samples]
+    )
 
 
 def check(codec: AvroCodec, values: list[bytes]) -> int:
@@ -114,9 +116,7 @@ def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(
         operators: list[Operator] = [
             AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True),
             WorkloadUsageOperator(TumblingWindows(30_000)),
-            IdleOwnersOperator(
-                TumblingWindows(30_000), IDLE_RULES
-            ),  # decodes batches that may be memory-idle
+            IdleOwnersOperator(TumblingWindows(30_000), IDLE_RULES),  # memory-idle by the VRAM column
             AlertOperator(AlertRules(idle_for_s=20)),  # short enough for idle alerts to open
             LatestSamplesOperator(10_000),
         ]

@@ -95,70 +95,13 @@ def worker(context: Context, /, **_flags: object) -> None:
     Every option is also a setting of [pipeline] in the config file or a GPULENS_PIPELINE__*
     variable (README, Configuration; e.g. window_s for --window); a flag given here wins.
     """
-    from gpulens.pipeline.alerting import AlertRules
     from gpulens.pipeline.event_time import EventTimeBounds
-    from gpulens.pipeline.idle_owners import IdleRules
-    from gpulens.pipeline.operators import (
-        AlertOperator,
-        AllocationOperator,
-        DeviceChangelogOperator,
-        IdleOwnersOperator,
-        LatestSamplesOperator,
-        Operator,
-        PendingWaitsOperator,
-        StateOperator,
-        WorkloadUsageOperator,
-    )
+    from gpulens.pipeline.operators import operators_for
     from gpulens.pipeline.running import WorkerOptions, run_worker
-    from gpulens.pipeline.windows import TumblingWindows
 
     settings = context.settings
     pipeline = with_flags(settings.pipeline)
     chosen = pipeline.processors
-
-    def operators() -> list[Operator]:
-        made: list[Operator] = []
-        if "allocation" in chosen:
-            made.append(
-                AllocationOperator(
-                    TumblingWindows(pipeline.window_s * 1000),
-                    per_node=pipeline.per_node,
-                    overview=pipeline.overview,
-                )
-            )
-        if "workloads" in chosen:
-            made.append(WorkloadUsageOperator(TumblingWindows(pipeline.window_s * 1000)))
-        if "idle" in chosen:
-            rules = IdleRules(
-                idle_below=pipeline.idle_below,
-                compute_idle_below=pipeline.compute_idle_below,
-                memory_floor_bytes=pipeline.memory_floor_mib * 1024 * 1024,
-                sample_valid_ms=round(pipeline.sample_valid_s * 1000),
-                owner_labels=pipeline.owner_labels,
-            )
-            made.append(IdleOwnersOperator(TumblingWindows(pipeline.idle_window_s * 1000), rules))
-        if "alerts" in chosen:
-            made.append(
-                AlertOperator(
-                    AlertRules(
-                        pipeline.idle_below,
-                        pipeline.idle_for,
-                        pipeline.pending_for,
-                        pipeline.stale_after,
-                        pile_up_pods=pipeline.pile_up_pods,
-                        pile_up_idle_gpus=pipeline.pile_up_idle_gpus,
-                    )
-                )
-            )
-        if "changelog" in chosen:
-            made.append(DeviceChangelogOperator())
-        if "state" in chosen:
-            made.append(StateOperator())
-        if "pending" in chosen:
-            made.append(PendingWaitsOperator(TumblingWindows(pipeline.window_s * 1000)))
-        if "latest" in chosen:
-            made.append(LatestSamplesOperator(round(pipeline.latest_every_s * 1000)))
-        return made
 
     options = WorkerOptions(
         group_id=pipeline.consumer_group,
@@ -176,7 +119,9 @@ def worker(context: Context, /, **_flags: object) -> None:
     )
     run_service(
         settings,
-        lambda service: run_worker(settings.kafka, service.codec, operators, options, service.stop),
+        lambda service: run_worker(
+            settings.kafka, service.codec, lambda: operators_for(pipeline), options, service.stop
+        ),
         topics=CATALOG,
         metrics=Metrics(pipeline.metrics_port, pipeline.metrics_host),
         banner=f"worker {options.group_id}: {', '.join(chosen)}; shard {pipeline.shard}; "

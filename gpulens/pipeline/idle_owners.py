@@ -327,13 +327,9 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
     def _readings(
         self, batch: GpuSampleBatch | SampleColumns
     ) -> Iterable[tuple[str, float | None, int | None]]:
-        """(device_id, utilization, VRAM used) per GPU; a batch read by column is decoded whole
-        only when a GPU in it may be memory-idle (its columns hold utilization only)."""
+        """(device_id, utilization, VRAM used) per GPU, however the batch was read."""
         if isinstance(batch, SampleColumns):
-            below = self.rules.compute_idle_below
-            if not any(u is not None and u < below for u in batch.utilizations):
-                return ((d, u, None) for d, u in zip(batch.device_ids, batch.utilizations, strict=True))
-            batch = batch.batch()
+            return zip(batch.device_ids, batch.utilizations, batch.memories, strict=True)
         return ((s.device_id, s.utilization_pct, s.memory_used_bytes) for s in batch.samples)
 
     def _window_rows(self, cluster: _Cluster, start: int, end: int) -> list[IdleGpuHours]:

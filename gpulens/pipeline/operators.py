@@ -18,6 +18,7 @@ from gpulens.pipeline.device_changes import diff
 from gpulens.pipeline.idle_owners import IdleOwners, IdleRules
 from gpulens.pipeline.latest_samples import LatestSamples
 from gpulens.pipeline.pending_waits import PendingWaits
+from gpulens.pipeline.settings import PipelineSettings
 from gpulens.pipeline.state_tables import STATE_TOPIC_OF, StateTables, Tombstone
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.pipeline.workload_usage import WorkloadUsage
@@ -272,3 +273,45 @@ class StateOperator(_Unwindowed):
         if isinstance(row, Tombstone):
             return row.topic
         return STATE_TOPIC_OF[type(row)]
+
+
+def operators_for(pipeline: PipelineSettings) -> list[Operator]:
+    """The operators of the chosen processors, in the order the worker runs them (one place, so
+    `gpulens worker` and the throughput bench run the same)."""
+    chosen, windows = pipeline.processors, TumblingWindows(pipeline.window_s * 1000)
+    made: list[Operator] = []
+    if "allocation" in chosen:
+        made.append(AllocationOperator(windows, per_node=pipeline.per_node, overview=pipeline.overview))
+    if "workloads" in chosen:
+        made.append(WorkloadUsageOperator(windows))
+    if "idle" in chosen:
+        rules = IdleRules(
+            idle_below=pipeline.idle_below,
+            compute_idle_below=pipeline.compute_idle_below,
+            memory_floor_bytes=pipeline.memory_floor_mib * 1024 * 1024,
+            sample_valid_ms=round(pipeline.sample_valid_s * 1000),
+            owner_labels=pipeline.owner_labels,
+        )
+        made.append(IdleOwnersOperator(TumblingWindows(pipeline.idle_window_s * 1000), rules))
+    if "alerts" in chosen:
+        made.append(
+            AlertOperator(
+                AlertRules(
+                    pipeline.idle_below,
+                    pipeline.idle_for,
+                    pipeline.pending_for,
+                    pipeline.stale_after,
+                    pile_up_pods=pipeline.pile_up_pods,
+                    pile_up_idle_gpus=pipeline.pile_up_idle_gpus,
+                )
+            )
+        )
+    if "changelog" in chosen:
+        made.append(DeviceChangelogOperator())
+    if "state" in chosen:
+        made.append(StateOperator())
+    if "pending" in chosen:
+        made.append(PendingWaitsOperator(windows))
+    if "latest" in chosen:
+        made.append(LatestSamplesOperator(round(pipeline.latest_every_s * 1000)))
+    return made

@@ -53,8 +53,9 @@ _EIGHT = np.arange(8)
 
 class SampleColumns(NamedTuple):
     """One GpuSampleBatch as the worker reads it: the batch's fields, and per GPU (in order) its
-    ``device_id`` and ``utilization_pct``. ``value`` is the record's wire bytes: :meth:`batch`
-    decodes the whole model where a reader needs it (republishing the batch, a dead letter)."""
+    ``device_id``, ``utilization_pct`` and ``memory_used_bytes``. ``value`` is the record's wire
+    bytes: :meth:`batch` decodes the whole model where a reader needs it (republishing the batch,
+    a dead letter)."""
 
     event_id: str
     cluster: str
@@ -63,6 +64,8 @@ class SampleColumns(NamedTuple):
     node: str
     device_ids: list[str]
     utilizations: list[float | None]
+    memories: list[int | None]
+    """VRAM used (the idle split tells memory-idle GPUs by it)."""
     value: bytes
     codec: AvroCodec
     topic: TopicSpec
@@ -99,8 +102,11 @@ def _kind(annotation: Any) -> str:
 
 _OPTIONAL = [(name, _kind(info.annotation)) for name, info in GpuSample.model_fields.items()][2:]
 """The sample's optional fields after device_id and index, in order: (name, Avro type)."""
+_MEMORY = "memory_used_bytes"
 _AT_MOST = {name: 100.0 for name, info in GpuSample.model_fields.items() if "le=100" in repr(info.metadata)}
-if [name for name, _ in _OPTIONAL][:1] != ["utilization_pct"] or list(_AT_MOST) != ["utilization_pct"]:
+if [name for name, _ in _OPTIONAL][:2] != ["utilization_pct", _MEMORY] or list(_AT_MOST) != [
+    "utilization_pct"
+]:
     raise RuntimeError("GpuSample changed: the columnar reader must follow it")
 
 
@@ -176,6 +182,15 @@ def _strings(blob: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[list[An
         return [_utf8(blob[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)], False
 
 
+def _optional(column: tuple[np.ndarray, np.ndarray], rows: np.ndarray, kept: np.ndarray) -> list[Any]:
+    """The values of an optional field of the kept samples, in order (None where it is null)."""
+    values, present = column
+    out = values[rows][kept].astype(object)
+    out[~present[rows][kept]] = None
+    listed: list[Any] = out.tolist()
+    return listed
+
+
 def _utf8(data: bytes) -> str | None:
     try:
         return data.decode()
@@ -215,6 +230,8 @@ class NativeSampleDecoder:
         device = np.zeros((len(taken), slots, 2), dtype=np.int64)
         utilization = np.full((len(taken), slots), np.nan)
         measured = np.zeros((len(taken), slots), dtype=bool)
+        memory = np.zeros((len(taken), slots), dtype=np.int64)
+        weighed = np.zeros((len(taken), slots), dtype=bool)
         for slot in range(slots):
             active = read.ok & (count > slot)
             if not active.any():
@@ -230,16 +247,19 @@ class NativeSampleDecoder:
                 read.ok &= ~present | good
                 if name == "utilization_pct":
                     utilization[:, slot], measured[:, slot] = value, present
+                elif name == _MEMORY:
+                    memory[:, slot], weighed[:, slot] = value, present
         more = read.varint(read.ok & (count > 0))
         read.ok &= (count == 0) | (more == 0)
         read.ok &= read.pos == ends
         return self._columns(values, taken, read, (event_id, cluster, source, node), event_ms, count, device,
-                             np.where(measured, utilization, np.nan), measured, out)  # fmt: skip
+                             (utilization, measured), (memory, weighed), out)  # fmt: skip
 
     def _columns(
         self, values: Sequence[bytes], taken: list[int], read: _Lockstep, spans: tuple[Any, ...],
-        event_ms: np.ndarray, count: np.ndarray, device: np.ndarray, utilization: np.ndarray,
-        measured: np.ndarray, out: list[SampleColumns | None],
+        event_ms: np.ndarray, count: np.ndarray, device: np.ndarray,
+        utilization: tuple[np.ndarray, np.ndarray], memory: tuple[np.ndarray, np.ndarray],
+        out: list[SampleColumns | None],
     ) -> list[SampleColumns | None]:  # fmt: skip
         blob, codec, topic = read.blob, self._codec, self._topic
         rows = np.flatnonzero(read.ok)
@@ -249,9 +269,7 @@ class NativeSampleDecoder:
         kept = np.arange(device.shape[1]) < counts[:, None]  # the samples each row has, in order
         device_ids, utf8 = _strings(blob, device[rows, :, 0][kept], device[rows, :, 1][kept])
         utf8 = utf8 and all(clean for _, clean in decoded)
-        utils = utilization[rows][kept].astype(object)
-        utils[~measured[rows][kept]] = None
-        utilizations = utils.tolist()
+        utilizations, memories = _optional(utilization, rows, kept), _optional(memory, rows, kept)
         firsts = np.concatenate(([0], np.cumsum(counts))).tolist()
         for at, row in enumerate(rows.tolist()):
             first, last = firsts[at], firsts[at + 1]
@@ -260,7 +278,8 @@ class NativeSampleDecoder:
             index = taken[row]
             out[index] = SampleColumns(
                 fields[0][at], fields[1][at], _EPOCH + timedelta(milliseconds=times[at]), fields[2][at],
-                fields[3][at], device_ids[first:last], utilizations[first:last], values[index], codec, topic,
+                fields[3][at], device_ids[first:last], utilizations[first:last], memories[first:last],
+                values[index], codec, topic,
             )  # fmt: skip
         return out
 
