@@ -22,9 +22,12 @@ broker, registry; free ports, a temporary directory):
 2. once the simulation has ended, the worker runs until its committed offsets reach the
    inputs' ends (its ``gpulens_consumer_lag_records`` reads 0 in a measurement taken after the
    end), and is killed with SIGKILL;
-3. a second simulation publishes ``--new-seconds`` of new data right after the history (the
-   history's final watermark closed the window holding its end: the new data must reach past
-   that window for a new row to exist);
+3. while the worker is down, a second simulation publishes ``--new-seconds`` of new data right
+   after the history, at the history's pace: as a cluster's sources publish while a worker is
+   down, with a watermark every wall second (the history's final watermark closed the window
+   holding its end: the new data must reach past that window for a new row to exist). Published
+   unpaced, the whole backlog would be vouched for by a few watermarks, the last one final, and
+   the worker would read all of it before releasing a record;
 4. the worker is started again, and measured from its start to its state restored (``restored``:
    its ``gpulens_worker_restored_state_keys`` is set; it then reads on) and to its first new
    output row (the first ``cluster_gpu_allocation`` row of the cluster after the restart, which
@@ -274,7 +277,7 @@ def measure(
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         print(f"  {minutes} min: caught up after {history[0]:.0f} s; killed; new data ...", file=sys.stderr)
-        finished(simulate(config, nodes, START + timedelta(minutes=minutes), new_seconds, 2, 0))
+        finished(simulate(config, nodes, START + timedelta(minutes=minutes), new_seconds, 2, speed))
         port = free_port()
         began = time.monotonic()
         worker = start_worker(config, "bench-cold" if cold else "bench", port, log)

@@ -21,6 +21,7 @@ from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from module_platform_fixtures import module_platform_fixtures
 from pod_events import T0, at, leaving_at_a_window_start
+from prometheus_client import REGISTRY
 from trace_slices import head_of
 from worker_support import (
     EPOCH,
@@ -361,3 +362,31 @@ def test_a_worker_catching_up_on_a_backlog_holds_a_bounded_number_of_records(tmp
     peak = metrics["gpulens_worker_buffered_records_peak"]
     assert metrics["gpulens_worker_records_in_total"] >= backlog
     assert peak < backlog / 2, f"held {peak:.0f} records at once of a {backlog} record backlog"
+
+
+def test_a_cycle_is_committed_once_old_enough_even_in_a_release(own_platform, own_codec) -> None:
+    """A restart catching up releases tens of thousands of records at once: the cycle's age is
+    checked per record, so its rows reach readers as it goes, not once the whole release is done."""
+    settings, _ = own_platform
+    pod = example_events("catch-up")[PODS]
+    producer = Producer(settings.kafka.librdkafka())
+    pods = 300
+    for i in range(pods):
+        copy = pod.model_copy(update={"uid": f"pod-{i}", "name": f"pod-{i}"})
+        key, value = entity_key(copy.cluster, copy.uid), own_codec.encode(PODS, copy)
+        producer.produce(PODS.name, key=key, value=value)
+    assert producer.flush(30) == 0
+    options = WorkerOptions(group_id="catch-up", idle_ms=0, cycle_s=1e-9, cycle_records=10**9)
+    worker = StreamWorker(settings.kafka, own_codec, [StateOperator()], options)
+    before, steps = REGISTRY.get_sample_value("gpulens_worker_cycles_total") or 0.0, 0
+    deadline = time.monotonic() + 60
+    while worker.processed < pods and time.monotonic() < deadline:
+        worker.step()
+        steps += 1
+    cycles = (REGISTRY.get_sample_value("gpulens_worker_cycles_total") or 0.0) - before
+    stopped = threading.Event()
+    stopped.set()
+    worker.run(stopped)  # commits and closes it
+    assert worker.processed == pods
+    assert steps < pods / 10, "the records came in a few releases"
+    assert cycles >= pods, f"{cycles:.0f} cycles committed for {pods} records in {steps} steps"
