@@ -19,19 +19,17 @@ broker, registry; free ports, a temporary directory):
    on the shared 2 cores (load 8-13) it followed about 1.4 times real time: at 2 its lag
    reached 120,000 records in 10 minutes, and 640,000 in 60 (after which noida-db, 7.8 GB
    resident, stopped answering);
-2. once the simulation has ended, the worker runs until its committed offsets reach the
-   inputs' ends (its ``gpulens_consumer_lag_records`` reads 0 in a measurement taken after the
-   end), and is killed with SIGKILL;
-3. while the worker is down, a second simulation publishes ``--new-seconds`` of new data right
-   after the history, at the history's pace: as a cluster's sources publish while a worker is
-   down, with a watermark every wall second (the history's final watermark closed the window
-   holding its end: the new data must reach past that window for a new row to exist). Published
-   unpaced, the whole backlog would be vouched for by a few watermarks, the last one final, and
-   the worker would read all of it before releasing a record;
+2. the simulation goes on for ``--new-seconds`` past the history, one run with no break in it,
+   as a cluster's sources go on publishing through a worker's crash; once the worker has
+   published the ``cluster_gpu_allocation`` row of the window that ends where the history does,
+   it is killed with SIGKILL (mid-stream: whatever its cycle held is aborted);
+3. the rest of the simulation is published while the worker is down, at the same pace, with a
+   watermark every wall second (the cadence of `gpulens simulate`'s sources);
 4. the worker is started again, and measured from its start to its state restored (``restored``:
    its ``gpulens_worker_restored_state_keys`` is set; it then reads on) and to its first new
-   output row (the first ``cluster_gpu_allocation`` row of the cluster after the restart, which
-   waits for the new data to be read past a window's end): wall seconds, its
+   output row (the first ``cluster_gpu_allocation`` row of the cluster after the restart: the
+   window after the history's, which waits for the backlog to be read past its end, 30 of the
+   40 s by default): wall seconds, its
    CPU seconds until then, the state keys it restored, the records it read and its peak RSS
    (the history's wall and CPU seconds and peak RSS are shown too). The restart only reads
    the new records (it restores its state from the changelogs), so its fetches stay small.
@@ -67,7 +65,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.e2e_probes import usage
@@ -75,22 +73,22 @@ from bench.e2e_profiling import Profiler
 from gpulens.config import GPULensSettings
 from gpulens.infra.retaining import Retainer, RetentionMetrics, RetentionPolicy, run_retention
 from gpulens.platform import free_port, private_platform
+from gpulens.schemas.model.models import ClusterGpuAllocation
 from gpulens.schemas.model.topics import CATALOG, CLUSTER_ALLOCATION
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = "restart-bench"
 TIMEOUT_S = 600
 RETENTION_EVERY_S = 10.0
 """As `gpulens up` runs retention (``retention.interval_s``)."""
-LAG_EVERY_S = 5.0
-"""How often the worker measures its lag (``LagMonitor``'s interval): a reading is that old at most."""
 
 
 @dataclass(frozen=True, slots=True)
 class Restart:
     history_min: int
     history_wall_s: float
-    """Worker start to its lag reading 0 after the paced history ended."""
+    """Worker start to its kill (its row of the history's last window published)."""
     history_cpu_s: float
     history_peak_mb: float
     """Peak RSS of the worker following the history."""
@@ -163,33 +161,41 @@ def lag(port: int, worker: subprocess.Popen[bytes]) -> float:
     return metrics(port).get("gpulens_consumer_lag_records", -1)
 
 
-def follow(port: int, worker: subprocess.Popen[bytes], history: subprocess.Popen[bytes], minutes: int) -> int:
-    """Wait for the paced ``history`` to end with the worker beside it; the largest lag read."""
+def follow(
+    settings: GPULensSettings,
+    port: int,
+    worker: subprocess.Popen[bytes],
+    history: subprocess.Popen[bytes],
+    minutes: int,
+) -> int:
+    """Wait, the paced ``history`` running with the worker beside it, for the worker's row of the
+    window that ends ``minutes`` into the history; the largest lag read meanwhile."""
+    end = START + timedelta(minutes=minutes)
+    codec = AvroCodec(registry_client(settings.registry.url))
+    reader = Consumer(
+        settings.kafka.librdkafka(**{"group.id": "restart-bench-follow", "isolation.level": "read_committed"})
+    )
+    reader.assign([TopicPartition(CLUSTER_ALLOCATION.name, 0, OFFSET_BEGINNING)])
     largest, shown = 0, time.monotonic()
-    while history.poll() is None:
-        largest = max(largest, int(lag(port, worker)))
-        if time.monotonic() - shown >= 60:
-            shown = time.monotonic()
-            print(f"  {minutes} min: following, lag {largest:,} records at most", file=sys.stderr, flush=True)
-        time.sleep(1)
-    finished(history)
-    return largest
-
-
-def wait_caught_up(port: int, worker: subprocess.Popen[bytes]) -> None:
-    """Wait for a lag reading of 0 taken after now (the worker measures every LAG_EVERY_S).
-
-    Gives up when the lag has not fallen for TIMEOUT_S: a stalled broker (noida-db stopped
-    answering after a 60 min history once) would otherwise hold the bench forever.
-    """
-    fresh = time.monotonic() + LAG_EVERY_S + 1
-    lowest, fell = lag(port, worker), time.monotonic()
-    while (reading := lag(port, worker)) != 0 or time.monotonic() < fresh:
-        if reading < lowest:
-            lowest, fell = reading, time.monotonic()
-        elif time.monotonic() - fell > TIMEOUT_S:
-            raise SystemExit(f"the worker's lag stayed at {reading:,.0f} records or more for {TIMEOUT_S} s")
-        time.sleep(0.5)
+    try:
+        while True:
+            if history.poll() is not None:
+                raise SystemExit(f"the history ended before the worker's row of the window ending at {end}")
+            largest = max(largest, int(lag(port, worker)))
+            for message in reader.consume(1_000, 1.0):
+                if message.error() is None and message.key() == CLUSTER.encode():
+                    row = codec.decode(CLUSTER_ALLOCATION, message.value() or b"", ClusterGpuAllocation)
+                    if row.window_end >= end:
+                        return largest
+            if time.monotonic() - shown >= 60:
+                shown = time.monotonic()
+                print(
+                    f"  {minutes} min: following, lag {largest:,} records at most",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        reader.close()
 
 
 def first_new_row(
@@ -261,11 +267,12 @@ def measure(
         worker = start_worker(config, "bench", port, log)
         while lag(port, worker) < 0:  # not measured yet: the worker is still starting
             time.sleep(0.5)
+        simulation = simulate(config, nodes, START, minutes * 60 + new_seconds, 1, speed)
         try:
-            largest = follow(port, worker, simulate(config, nodes, START, minutes * 60, 1, speed), minutes)
-            wait_caught_up(port, worker)
-        except BaseException:  # leave no worker behind the platform (Ctrl-C included)
+            largest = follow(settings, port, worker, simulation, minutes)
+        except BaseException:  # leave no process behind the platform (Ctrl-C included)
             worker.kill()
+            simulation.kill()
             raise
         at_end = usage([worker.pid])
         history = (
@@ -276,8 +283,11 @@ def measure(
         )
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-        print(f"  {minutes} min: caught up after {history[0]:.0f} s; killed; new data ...", file=sys.stderr)
-        finished(simulate(config, nodes, START + timedelta(minutes=minutes), new_seconds, 2, speed))
+        print(
+            f"  {minutes} min: its last window out after {history[0]:.0f} s; killed; new data ...",
+            file=sys.stderr,
+        )
+        finished(simulation)
         port = free_port()
         began = time.monotonic()
         worker = start_worker(config, "bench-cold" if cold else "bench", port, log)
@@ -314,7 +324,10 @@ def main() -> None:
         help="history's pace, times real time (the worker must keep up: 1.5 at 10,000 GPUs, quiet)",
     )
     parser.add_argument(
-        "--new-seconds", type=float, default=40.0, help="new data after the kill (past a 30 s window's end)"
+        "--new-seconds",
+        type=float,
+        default=40.0,
+        help="data published while the worker is down (past a 30 s window)",
     )
     parser.add_argument(
         "--keep-s",
