@@ -32,19 +32,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from gpulens.config import GPULensSettings as Settings
-from gpulens.pipeline.alerting import AlertRules
 from gpulens.pipeline.operators import (
-    AlertOperator,
     AllocationOperator,
-    DeviceChangelogOperator,
-    IdleOwnersOperator,
     Operator,
-    StateOperator,
-    WorkloadUsageOperator,
     operators_for,
 )
 from gpulens.pipeline.running import StreamWorker, WorkerOptions
-from gpulens.pipeline.settings import PipelineSettings
+from gpulens.pipeline.settings import PipelineSettings, Processor
 from gpulens.pipeline.windows import TumblingWindows
 from gpulens.platform import private_platform
 from gpulens.producers.publishing import EventPublisher
@@ -162,32 +156,30 @@ def measure(settings: Settings, codec: AvroCodec, cases: Cases) -> list[Measured
     return rows
 
 
+def chosen(*processors: Processor) -> Callable[[], list[Operator]]:
+    """The operators of these processors as `gpulens worker` builds them, default settings."""
+    return lambda: operators_for(PipelineSettings(processors=processors))
+
+
 TRACE_CASES: Cases = {
     "allocation (30 s windows, per node)": lambda: [
         AllocationOperator(TumblingWindows(30_000), per_node=True)
     ],
     "allocation (1 h windows, cluster)": lambda: [AllocationOperator(TumblingWindows(HOUR), per_node=False)],
-    "alerts": lambda: [AlertOperator(AlertRules())],
-    "changelog": lambda: [DeviceChangelogOperator()],
-    "state": lambda: [StateOperator()],
+    "alerts": chosen("alerts"),
+    "changelog": chosen("changelog"),
+    "state": chosen("state"),
 }
 
+
 FLEET_CASES: Cases = {
-    "alerts": lambda: [AlertOperator(AlertRules())],
-    "workloads (30 s windows)": lambda: [WorkloadUsageOperator(TumblingWindows(30_000))],
-    "overview (30 s windows, per node)": lambda: [
-        AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True)
-    ],
-    "idle GPU-hours (1 h windows)": lambda: [
-        operator for operator in operators_for(PipelineSettings()) if isinstance(operator, IdleOwnersOperator)
-    ],
-    "five (allocation, workloads, alerts, changelog, state)": lambda: [
-        AllocationOperator(TumblingWindows(30_000), per_node=True, overview=True),
-        WorkloadUsageOperator(TumblingWindows(30_000)),
-        AlertOperator(AlertRules()),
-        DeviceChangelogOperator(),
-        StateOperator(),
-    ],
+    "alerts": chosen("alerts"),
+    "workloads (30 s windows)": chosen("workloads"),
+    "overview (30 s windows, per node)": chosen("allocation"),
+    "idle GPU-hours (1 h windows)": chosen("idle"),
+    "five (allocation, workloads, alerts, changelog, state)": chosen(
+        "allocation", "workloads", "alerts", "changelog", "state"
+    ),
     "all, as `gpulens worker` runs by default": lambda: operators_for(PipelineSettings()),
 }
 

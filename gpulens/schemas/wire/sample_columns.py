@@ -102,11 +102,9 @@ def _kind(annotation: Any) -> str:
 
 _OPTIONAL = [(name, _kind(info.annotation)) for name, info in GpuSample.model_fields.items()][2:]
 """The sample's optional fields after device_id and index, in order: (name, Avro type)."""
-_MEMORY = "memory_used_bytes"
+_UTILIZATION, _MEMORY = "utilization_pct", "memory_used_bytes"
 _AT_MOST = {name: 100.0 for name, info in GpuSample.model_fields.items() if "le=100" in repr(info.metadata)}
-if [name for name, _ in _OPTIONAL][:2] != ["utilization_pct", _MEMORY] or list(_AT_MOST) != [
-    "utilization_pct"
-]:
+if [name for name, _ in _OPTIONAL][:2] != [_UTILIZATION, _MEMORY] or list(_AT_MOST) != [_UTILIZATION]:
     raise RuntimeError("GpuSample changed: the columnar reader must follow it")
 
 
@@ -245,7 +243,7 @@ class NativeSampleDecoder:
                 if kind == "double":
                     good &= np.isfinite(value) & (value <= _AT_MOST.get(name, np.inf))
                 read.ok &= ~present | good
-                if name == "utilization_pct":
+                if name == _UTILIZATION:
                     utilization[:, slot], measured[:, slot] = value, present
                 elif name == _MEMORY:
                     memory[:, slot], weighed[:, slot] = value, present
