@@ -106,10 +106,18 @@ def promtool() -> Path:
 
 @pytest.fixture
 def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts (append them): killed at its end if still running, and reaped."""
+    """Processes a test starts (append them): stopped at its end if still running, and reaped.
+
+    Stopped with SIGTERM first: a worker SIGKILLed mid-cycle leaves its transaction open on the
+    session's shared output topics, and noida-db has no transaction timeout, so every
+    read_committed reader of a later test (the exporter's) stops at it. SIGKILL only past 30 s."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for process in started:
         if process.poll() is None:
-            process.kill()
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
         process.wait()
