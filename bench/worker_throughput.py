@@ -1,6 +1,7 @@
 """Stream-worker throughput per processor, beside a plain consumer baseline, per CPU-second.
 
     python -m bench.worker_throughput [--fleet-nodes 1250] [--fleet-seconds 120] [--skip-traces]
+                                      [--cases five,idle]
 
 Two data sets, each on a private platform of its own (noida-db broker on the same 2 cores):
 
@@ -189,7 +190,13 @@ def main() -> None:
     parser.add_argument("--fleet-nodes", type=int, default=1250, help="Simulated nodes (8 GPUs each).")
     parser.add_argument("--fleet-seconds", type=float, default=120.0, help="Simulated seconds.")
     parser.add_argument("--skip-traces", action="store_true", help="Only the fleet sample path.")
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="Comma-separated name prefixes of the cases to run (e.g. 'five,idle'); all by default.",
+    )
     args = parser.parse_args()
+    prefixes = tuple(p for p in args.cases.split(",") if p)
     tune_for_throughput()  # as `gpulens worker` does
     sections: list[tuple[str, list[Measured]]] = []
     for title, publish, cases in (
@@ -207,7 +214,8 @@ def main() -> None:
             codec = AvroCodec(registry_client(settings.registry.url))
             print(f"... publishing the {title}", flush=True)
             publish(settings, codec)
-            sections.append((title, measure(settings, codec, cases)))
+            picked = {name: make for name, make in cases.items() if name.startswith(prefixes or "")}
+            sections.append((title, measure(settings, codec, picked)))
     for title, rows in sections:
         print(f"\n{title}")
         print(f"{'processor':<40} {'records':>9} {'records/s':>10} {'per CPU-s':>11} {'samples/CPU-s':>12}")
