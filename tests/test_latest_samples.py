@@ -3,22 +3,29 @@ gpulens.state.gpu-samples.v1, at most one per node per --latest-every of event t
 
 `gpulens worker --processors latest` runs as a process on a private platform; what it writes
 is read back and compared with the batches a rule computed here picks (a node's first, then
-the first at least the interval after the last one kept), byte for byte.
+the first at least the interval after the last one kept), byte for byte. A fleet's backlog,
+read by column in-process, goes out as it was published: the same body under the state
+topic's schema id.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client import REGISTRY
 from test_exporter import sample_batch
 
+from gpulens.pipeline.operators import LatestSamplesOperator
+from gpulens.pipeline.running import StreamWorker, WorkerOptions
 from gpulens.schemas.model.models import GpuSampleBatch, Watermark
 from gpulens.schemas.model.topics import GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
+from gpulens.schemas.wire.codec import registry_client
 
 EVERY_S = 10
 T0 = datetime(2024, 5, 1, tzinfo=UTC)  # sample_batch's epoch
@@ -38,7 +45,10 @@ def due(seconds: list[int], every_s: int) -> list[int]:
     return kept
 
 
-def read_cluster(platform, codec, cluster: str, count: int, timeout: float = 90) -> list[GpuSampleBatch]:
+def read_cluster(
+    platform, codec, cluster: str, count: int, timeout: float = 90
+) -> list[tuple[GpuSampleBatch, bytes]]:
+    """The batches of ``cluster`` on the state topic, each with its wire bytes."""
     consumer = Consumer(
         platform.kafka.librdkafka(
             **{
@@ -49,7 +59,7 @@ def read_cluster(platform, codec, cluster: str, count: int, timeout: float = 90)
         )
     )
     consumer.subscribe([STATE_GPU_SAMPLES.name])
-    found: list[GpuSampleBatch] = []
+    found: list[tuple[GpuSampleBatch, bytes]] = []
     deadline = time.monotonic() + timeout
     try:
         while len(found) < count:
@@ -60,7 +70,7 @@ def read_cluster(platform, codec, cluster: str, count: int, timeout: float = 90)
             batch = codec.decode(STATE_GPU_SAMPLES, message.value())
             if batch.cluster == cluster:
                 assert message.key() == record_key(STATE_GPU_SAMPLES, batch)
-                found.append(batch)
+                found.append((batch, message.value()))
         end = time.monotonic() + 1.0  # and nothing more
         while time.monotonic() < end:
             message = consumer.poll(0.2)
@@ -103,6 +113,54 @@ def test_each_nodes_batch_is_republished_at_most_once_per_interval(
     want = [b for n in nodes for b in batches if b.node == n and b.event_time in {
         T0 + timedelta(seconds=s) for s in due(seconds[n], EVERY_S)}]  # fmt: skip
     assert len(want) == 7 + 5  # n0: 0, 10, ..., 60; n1: 1, 11, 29, 45, 58
-    got = read_cluster(platform, codec, cluster, len(want))
+    got = [batch for batch, _ in read_cluster(platform, codec, cluster, len(want))]
     for node in nodes:  # in event-time order per node, each exactly as published
         assert [b for b in got if b.node == node] == [b for b in want if b.node == node], log.read_text()
+
+
+def publish(platform, codec, batches: list[GpuSampleBatch]) -> list[bytes]:
+    """Publishes ``batches`` on the sample topic; their wire bytes."""
+    producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 50}))
+    values = [codec.encode(GPU_SAMPLES, batch) for batch in batches]
+    for batch, value in zip(batches, values, strict=True):
+        producer.produce(GPU_SAMPLES.name, key=record_key(GPU_SAMPLES, batch), value=value)
+    assert producer.flush(30) == 0
+    return values
+
+
+def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schema_id(
+    platform, codec, unique
+) -> None:
+    cluster, nodes, seconds = f"columns-{unique}", [f"n{i}" for i in range(60)], range(0, 21, 2)
+    batches = [sample_batch(cluster, n, s, (float(s), 50.0)) for s in seconds for n in nodes]
+    values = dict(zip((b.event_id for b in batches), publish(platform, codec, batches), strict=True))
+    probe = Consumer(platform.kafka.librdkafka(**{"group.id": f"probe-{unique}"}))
+    backlog = sum(
+        probe.get_watermark_offsets(TopicPartition(GPU_SAMPLES.name, p), timeout=10)[1]
+        for p in range(GPU_SAMPLES.partitions)
+    )
+    probe.close()
+    by_column = REGISTRY.get_sample_value("gpulens_worker_sample_batches_by_column_total") or 0.0
+    worker = StreamWorker(
+        platform.kafka,
+        codec,
+        [LatestSamplesOperator(EVERY_S * 1000)],
+        WorkerOptions(f"columns-{unique}", idle_ms=0),
+    )
+    deadline = time.monotonic() + 60
+    while worker.processed < backlog:
+        assert time.monotonic() < deadline, f"{worker.processed} of {backlog} records processed"
+        worker.step()
+    stopped = threading.Event()
+    stopped.set()
+    worker.run(stopped)  # commits and closes it
+    read = (REGISTRY.get_sample_value("gpulens_worker_sample_batches_by_column_total") or 0.0) - by_column
+    assert read >= len(batches) / 2, f"{read:.0f} of {len(batches)} batches read by column"
+
+    state_id = registry_client(platform.registry.url).get_latest_version(STATE_GPU_SAMPLES.subject).schema_id
+    got = read_cluster(platform, codec, cluster, len(nodes) * len(due(list(seconds), EVERY_S)))
+    assert sorted((b.node, b.event_time) for b, _ in got) == sorted(
+        (n, T0 + timedelta(seconds=s)) for n in nodes for s in due(list(seconds), EVERY_S)
+    )
+    for batch, value in got:
+        assert value == bytes([0]) + state_id.to_bytes(4, "big") + values[batch.event_id][5:]

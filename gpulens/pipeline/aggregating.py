@@ -32,7 +32,7 @@ from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.exceptions import LateEvent
-from gpulens.pipeline.windows import HeldAmount, TumblingWindows, from_ms, to_ms
+from gpulens.pipeline.windows import HeldAmount, TumblingWindows, event_time_ms, from_ms
 from gpulens.schemas.model.models import Event
 from gpulens.schemas.wire.sample_columns import SampleColumns, event_name
 
@@ -96,7 +96,7 @@ class BaseAggregator(ABC, Generic[S]):
     def _enter(self, event: Event | SampleColumns) -> S:
         """``event``'s cluster, opened if new, its instant moved to the event's time (settling
         what held until then); raises LateEvent for an event older than the instant."""
-        at = to_ms(event.event_time)
+        at = event_time_ms(event)
         self._changed.add(("cluster", event.cluster))
         cluster = self._clusters.get(event.cluster)
         if cluster is None:
@@ -155,7 +155,7 @@ class BaseWindowedAggregator(BaseAggregator[W], Generic[W, R]):
         is processed. After each window the cluster's instant moves to that window's end
         (nothing happened in between), so state checkpointed between two windows goes on from
         there, and an event given again after a restart closes only what is left."""
-        at, cluster = to_ms(event.event_time), self._clusters.get(event.cluster)
+        at, cluster = event_time_ms(event), self._clusters.get(event.cluster)
         if (
             cluster is None
             or at < cluster.window_start + self.windows.size_ms

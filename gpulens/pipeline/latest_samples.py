@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.windows import to_ms
+from gpulens.pipeline.windows import event_time_ms
 from gpulens.schemas.model.models import GpuSampleBatch
 from gpulens.schemas.wire.sample_columns import SampleColumns
 
@@ -30,15 +30,17 @@ class LatestSamples:
         self._last: dict[tuple[str, str], int] = {}
         self._changed: set[StateKey] = set()
 
-    def process(self, batch: GpuSampleBatch | SampleColumns) -> list[GpuSampleBatch]:
-        """``[batch]`` when it is due, else nothing (a batch read by column is decoded whole then)."""
-        node, at = (batch.cluster, batch.node), to_ms(batch.event_time)
+    def process(self, batch: GpuSampleBatch | SampleColumns) -> list[GpuSampleBatch | SampleColumns]:
+        """``[batch]`` when it is due, else nothing. A batch read by column goes out as it came, its
+        wire bytes under the state topic's schema id: decoding it whole and encoding it again
+        cost 44 µs a batch republished."""
+        node, at = (batch.cluster, batch.node), event_time_ms(batch)
         last = self._last.get(node)
         if last is not None and at - last < self._every_ms:
             return []
         self._last[node] = at
         self._changed.add(("node", *node))
-        return [batch.batch() if isinstance(batch, SampleColumns) else batch]
+        return [batch]
 
     def changed(self) -> set[StateKey]:
         changed, self._changed = self._changed, set()

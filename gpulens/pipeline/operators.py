@@ -55,8 +55,9 @@ from gpulens.schemas.wire.sample_columns import SampleColumns
 INPUT_ORDER = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS, GPU_HEALTH, GPU_SAMPLES, WATERMARKS)
 """At one instant, records are applied in this topic order (nodes before the pods on them, ...)."""
 
-Row = Record | Tombstone
-"""What an operator emits: a record, or the end of an entity on a compacted topic."""
+Row = Record | Tombstone | SampleColumns
+"""What an operator emits: a record, the end of an entity on a compacted topic, or a GPU sample
+batch read by column, republished as it was read (`latest`)."""
 Given = Event | SampleColumns
 """What an operator is given: an event, or a GPU sample batch the worker read by column
 (:mod:`gpulens.schemas.wire.sample_columns`), which stands for the GpuSampleBatch it holds."""
@@ -248,7 +249,7 @@ class LatestSamplesOperator(_Unwindowed):
     def __init__(self, every_ms: int) -> None:
         self.state = self._latest = LatestSamples(every_ms)
 
-    def process(self, event: Given) -> Sequence[Record]:
+    def process(self, event: Given) -> Sequence[Row]:
         assert isinstance(event, GpuSampleBatch | SampleColumns)
         return self._latest.process(event)
 
@@ -272,6 +273,7 @@ class StateOperator(_Unwindowed):
     def output(self, row: Row) -> TopicSpec:
         if isinstance(row, Tombstone):
             return row.topic
+        assert not isinstance(row, SampleColumns)  # its inputs hold no GPU samples
         return STATE_TOPIC_OF[type(row)]
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gpulens.schemas.model.models import Event
+from gpulens.schemas.wire.sample_columns import SampleColumns
+
 
 @dataclass(frozen=True, slots=True)
 class TumblingWindows:
@@ -24,6 +27,11 @@ class TumblingWindows:
 def to_ms(moment: datetime) -> int:
     """Epoch milliseconds of an aware datetime (exact: our timestamps have millisecond precision)."""
     return round(moment.timestamp() * 1000)
+
+
+def event_time_ms(event: Event | SampleColumns) -> int:
+    """Epoch milliseconds of an event's time (a batch read by column holds them as read)."""
+    return event.event_ms if isinstance(event, SampleColumns) else to_ms(event.event_time)
 
 
 def from_ms(at_ms: int) -> datetime:

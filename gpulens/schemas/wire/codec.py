@@ -104,6 +104,15 @@ class AvroCodec:
                 return header + writer(record)
         return self.encode_dict(topic, record.model_dump())
 
+    def reframe(self, source: TopicSpec, topic: TopicSpec, value: bytes) -> bytes:
+        """``value``, written on ``source`` with its committed schema, as ``topic`` writes the same
+        record: the body as it is, under ``topic``'s schema id (no decode, no encode)."""
+        if source.record is not topic.record:
+            raise ValueError(
+                f"{source.name} holds {source.record.__name__}, {topic.name} {topic.record.__name__}"
+            )
+        return confluent_header(self.schema_id(topic)) + value[_HEADER.size :]
+
     def encode_dict(self, topic: TopicSpec, record: dict[str, Any]) -> bytes:
         """The wire bytes of a dict shaped like the topic's record (no model validation)."""
         buf = io.BytesIO()

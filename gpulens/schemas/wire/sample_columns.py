@@ -59,7 +59,9 @@ class SampleColumns(NamedTuple):
 
     event_id: str
     cluster: str
-    event_time: datetime
+    event_ms: int
+    """Event time in epoch milliseconds, as the wire holds it (operators compare integers: the
+    datetime was built per batch and read back per operator, 4 % of the worker)."""
     source: str
     node: str
     device_ids: list[str]
@@ -69,6 +71,10 @@ class SampleColumns(NamedTuple):
     value: bytes
     codec: AvroCodec
     topic: TopicSpec
+
+    @property
+    def event_time(self) -> datetime:
+        return _EPOCH + timedelta(milliseconds=self.event_ms)
 
     def batch(self) -> GpuSampleBatch:
         """The model, decoded exactly from the wire bytes."""
@@ -275,7 +281,7 @@ class NativeSampleDecoder:
                 continue  # not UTF-8: the exact path refuses it
             index = taken[row]
             out[index] = SampleColumns(
-                fields[0][at], fields[1][at], _EPOCH + timedelta(milliseconds=times[at]), fields[2][at],
+                fields[0][at], fields[1][at], times[at], fields[2][at],
                 fields[3][at], device_ids[first:last], utilizations[first:last], memories[first:last],
                 values[index], codec, topic,
             )  # fmt: skip
