@@ -32,8 +32,8 @@ class LatestSamples:
 
     def process(self, batch: GpuSampleBatch | SampleColumns) -> list[GpuSampleBatch | SampleColumns]:
         """``[batch]`` when it is due, else nothing. A batch read by column goes out as it came, its
-        wire bytes under the state topic's schema id: decoding it whole and encoding it again
-        cost 44 µs a batch republished."""
+        wire bytes under the state topic's schema id, instead of being decoded whole and encoded
+        again (about 34 and 5 to 12 µs for 8 GPUs, by the README's figures)."""
         node, at = (batch.cluster, batch.node), event_time_ms(batch)
         last = self._last.get(node)
         if last is not None and at - last < self._every_ms:

@@ -79,7 +79,7 @@ from gpulens.schemas.model.models import (
     Watermark,
     WorkloadEvent,
 )
-from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, TopicSpec, entity_key, record_key
+from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.schemas.wire.sample_columns import NativeSampleDecoder, SampleColumns
 
@@ -593,8 +593,8 @@ class StreamWorker:
     def _produce(self, spec: TopicSpec, row: Row) -> None:
         if isinstance(row, Tombstone):
             key, value = row.key, None
-        elif isinstance(row, SampleColumns):  # republished as read (its topic's key: cluster/node)
-            key, value = entity_key(row.cluster, row.node), self._codec.reframe(row.topic, spec, row.value)
+        elif isinstance(row, SampleColumns):  # republished as read
+            key, value = record_key(spec, row), self._codec.reframe(row.topic, spec, row.value)
         else:
             key, value = record_key(spec, row), self._codec.encode(spec, row)
         if spec.name not in self._written:

@@ -227,9 +227,10 @@ def entity_key(cluster: str, entity: str) -> bytes:
     return f"{cluster}/{entity}".encode()
 
 
-def record_key(topic: TopicSpec, record: Record) -> bytes:
+def record_key(topic: TopicSpec, record: object) -> bytes:
     """The key ``record`` is published with on ``topic``: ``cluster/entity``, or just the cluster
-    for per-cluster rows, or the source topic for dead letters."""
+    for per-cluster rows, or the source topic for dead letters. ``record`` is a :data:`Record`, or
+    anything holding the same fields (a GPU sample batch read by column)."""
     entity = str(getattr(record, topic.key_field))
     cluster = getattr(record, "cluster", None)
     if cluster is None or topic.key_field == "cluster":

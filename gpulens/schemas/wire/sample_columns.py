@@ -61,7 +61,8 @@ class SampleColumns(NamedTuple):
     cluster: str
     event_ms: int
     """Event time in epoch milliseconds, as the wire holds it (operators compare integers: the
-    datetime was built per batch and read back per operator, 4 % of the worker)."""
+    datetime was built per batch and turned back into milliseconds per operator, ``to_ms`` alone
+    3.7 % of the worker)."""
     source: str
     node: str
     device_ids: list[str]
