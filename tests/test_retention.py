@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import GPULensSettings
 from gpulens.draining import pipeline_groups
-from gpulens.infra.retaining import Retainer, RetentionPolicy
+from gpulens.infra.retaining import Retainer, RetentionMetrics, RetentionPolicy
 from gpulens.main_job import RETENTION, pipeline_specs
 from gpulens.pipeline.running import WorkerOptions
 from gpulens.schemas.model.models import PodEvent
@@ -197,6 +197,32 @@ def test_ignored_groups_hold_nothing_back_and_unread_partitions_stay(
     assert low_watermarks(platform, events.name) == {0: 17, 1: 0}
 
 
+def test_past_the_cap_a_partition_keeps_its_newest_records_whoever_has_not_consumed_them(
+    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
+) -> None:
+    events, state = topics
+    behind, ahead = f"ret-behind-{unique}", f"ret-ahead-{unique}"
+    consume_to(platform, behind, events.name, {0: 3, 1: 15})
+    consume_to(platform, ahead, events.name, {0: 18, 1: 20})
+    metrics = RetentionMetrics()
+    policy = RetentionPolicy(topics=(events, state), keep_ms=HOUR_MS, max_records=8)
+
+    cuts = Retainer(platform.kafka, policy, metrics=metrics).run_once()
+
+    # 8 of 20 stay on both partitions. Partition 0: the group behind loses offsets 3-11.
+    # Partition 1: every group had read what the cap cut (10-11: new, but over the cap).
+    assert low_watermarks(platform, events.name) == {0: 12, 1: 12}
+    assert {(c.partition, c.offset, c.dropped, c.behind) for c in cuts} == {
+        (0, 12, 9, (behind,)),
+        (1, 12, 0, ()),
+    }
+    dropped = metrics.registry.get_sample_value(
+        "gpulens_retention_dropped_records_total", {"topic": events.name}
+    )
+    assert dropped == 9
+    assert low_watermarks(platform, state.name) == {0: 0, 1: 0}
+
+
 def test_gpulens_retention_waits_for_every_pipeline_group(
     own_platform: tuple[GPULensSettings, Path], unique: str
 ) -> None:
@@ -226,6 +252,31 @@ def test_gpulens_retention_waits_for_every_pipeline_group(
     assert low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions) == everything
     assert deleted.splitlines() == [
         f"{GPU_SAMPLES.name}/{p}: deleted 10 records below 10" for p in range(GPU_SAMPLES.partitions)
+    ]
+
+
+def test_gpulens_retention_cuts_past_the_cap_and_names_the_groups_that_lose_records(
+    own_platform: tuple[GPULensSettings, Path],
+) -> None:
+    """The sink has not committed on the GPU samples yet (it holds them all back), but each
+    partition holds 10 records against a cap of 4: the oldest 6 go, and the sink is named."""
+    settings, config = own_platform
+    producer = Producer(settings.kafka.librdkafka())
+    for partition in range(GPU_SAMPLES.partitions):
+        for _ in range(10):
+            producer.produce(GPU_SAMPLES.name, b"v", partition=partition)
+    assert producer.flush(30) == 0
+    env = {**os.environ, "GPULENS_RETENTION__MAX_RECORDS_PER_PARTITION": "4"}
+    once = [sys.executable, "-m", "gpulens", "--config", str(config), "retention", "--once"]
+
+    deleted = subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions) == dict.fromkeys(
+        range(GPU_SAMPLES.partitions), 6
+    )
+    assert deleted.splitlines() == [
+        f"{GPU_SAMPLES.name}/{p}: deleted 6 records below 6 (6 not consumed by {settings.sink.group_id})"
+        for p in range(GPU_SAMPLES.partitions)
     ]
 
 

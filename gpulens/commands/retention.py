@@ -26,6 +26,7 @@ def retention_policy(settings: GPULensSettings) -> RetentionPolicy:
         keep_ms=round(settings.retention.keep_s * 1000),
         required=pipeline_groups(settings),
         ignored=settings.retention.ignored_groups,
+        max_records=settings.retention.max_records_per_partition,
     )
 
 
@@ -34,7 +35,9 @@ def retention_policy(settings: GPULensSettings) -> RetentionPolicy:
 @pass_context
 def retention(context: Context, once: bool) -> None:
     """Delete from the broker the records every consumer group has consumed, once older than
-    retention.keep_s (or the topic's retention.ms), every retention.interval_s.
+    retention.keep_s (or the topic's retention.ms), every retention.interval_s; and, past
+    retention.max_records_per_partition, the oldest records of a partition even where a group
+    has not consumed them (a warning names the groups).
 
     Compacted topics (gpulens.state.*) and topics outside the catalog (checkpoint changelogs)
     are never touched. `gpulens up` runs it on the embedded noida-db broker, which holds every
@@ -48,12 +51,16 @@ def retention(context: Context, once: bool) -> None:
     retainer = Retainer(settings.kafka, retention_policy(settings), metrics=metrics)
     if once:
         for cut in retainer.run_once():
-            click.echo(f"{cut.topic}/{cut.partition}: deleted {cut.records:,} records below {cut.offset:,}")
+            lost = f" ({cut.dropped:,} not consumed by {', '.join(cut.behind)})" if cut.dropped else ""
+            click.echo(
+                f"{cut.topic}/{cut.partition}: deleted {cut.records:,} records below {cut.offset:,}{lost}"
+            )
         return
     run_service(
         settings,
         lambda service: run_retention(retainer, metrics, interval_s=options.interval_s, stop=service.stop),
         metrics=Metrics(options.metrics_port, options.metrics_host, metrics.registry),
-        banner=f"retention: every {options.interval_s:g} s, keeping consumed records {options.keep_s:g} s, "
+        banner=f"retention: every {options.interval_s:g} s, keeping consumed records {options.keep_s:g} s "
+        f"and at most {options.max_records_per_partition:,} records a partition, "
         f"on {settings.kafka.bootstrap_servers}",
     )

@@ -17,7 +17,16 @@ partition of every catalog topic with ``cleanup.policy=delete`` at the lower of
 - the first offset whose timestamp lies within the topic's retention (the catalog's
   ``retention.ms``, capped at ``keep_ms``: the embedded broker cannot hold days of samples),
 
-with DeleteRecords, which moves the partition's low watermark; records below it are gone from
+unless the partition would keep more than ``max_records``: then it keeps its newest
+``max_records``, consumed or not. A consumer that cannot keep up (the worker at 100,000 GPUs
+on 2 cores read 2,690 of 6,372 records/s) otherwise held everything back, and the broker grew
+to 19.9 GB in 10 minutes, near the machine's end; the groups behind lose their oldest records
+instead (logged as a warning naming them, counted by ``gpulens_retention_dropped_records``) and
+resume at the new low watermark, as a Kafka consumer past ``retention.bytes`` does. The cap
+counts records, not bytes: the broker reports no size per partition, and its memory per record
+is measured (README, "Retention on the embedded broker").
+
+Cuts are made with DeleteRecords, which moves the partition's low watermark; records below it are gone from
 the broker's memory. Compacted topics (``gpulens.state.*``) and every topic outside the catalog
 (the worker's and exporter's checkpoint changelogs, ``gpulens.worker.*.changelog``) are never
 touched: their old records are live state (the changelogs' writers cut them behind their
@@ -72,6 +81,8 @@ class RetentionPolicy:
     it committed."""
     ignored: tuple[str, ...] = ()
     """Group name prefixes whose commits hold nothing back."""
+    max_records: int = 0
+    """Most records a partition keeps, consumed or not (0: no cap)."""
 
     @property
     def truncated(self) -> tuple[TopicSpec, ...]:
@@ -96,10 +107,17 @@ class Cut:
     """The least offset every group has committed (what no group still needs below)."""
     horizon: int
     """The first offset within the topic's retention time."""
+    behind: tuple[str, ...] = ()
+    """Groups that had not consumed every record cut (the cap cut past them), by name."""
 
     @property
     def records(self) -> int:
         return self.offset - self.start
+
+    @property
+    def dropped(self) -> int:
+        """Records cut that some group had not consumed: only the cap cuts those."""
+        return max(0, self.offset - max(self.consumed, self.start))
 
 
 class RetentionMetrics:
@@ -122,6 +140,13 @@ class RetentionMetrics:
         self.retained = Gauge(
             "gpulens_retention_retained_records",
             "Offsets between the low and the high watermark after the last pass, per topic.",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.dropped = Counter(
+            "gpulens_retention_dropped_records",
+            "Records deleted before every group had consumed them: the partition held more than "
+            "retention.max_records_per_partition, per topic.",
             ["topic"],
             registry=self.registry,
         )
@@ -154,6 +179,10 @@ class Retainer:
         self._clock_ms = clock_ms
         self._timeout_s = timeout_s
 
+    @property
+    def max_records(self) -> int:
+        return self._policy.max_records
+
     def run_once(self) -> list[Cut]:
         """One pass: cut every partition that has records no group needs past their retention;
         the cuts made (partitions left alone are not listed)."""
@@ -163,7 +192,7 @@ class Retainer:
         partitions = [TopicPartition(t.name, p) for t in topics for p in range(counts[t.name])]
         if not partitions:
             return []
-        consumed = self._consumed({(tp.topic, tp.partition) for tp in partitions}, counts)
+        committed = self._committed({(tp.topic, tp.partition) for tp in partitions}, counts)
         now = self._clock_ms()
         starts = self._offsets(partitions, lambda _tp: OffsetSpec.earliest())
         ends = self._offsets(partitions, lambda _tp: OffsetSpec.latest())
@@ -177,11 +206,15 @@ class Retainer:
         for where in sorted(starts):
             start, end = starts[where], ends[where]
             horizon = end if horizons[where] < 0 else horizons[where]  # -1: every record is older
-            least = consumed.get(where, start)
+            groups = committed.get(where, {})
+            least = min(groups.values(), default=start)
             offset = min(least, horizon, end)
-            held[where[0]] += max(0, min(horizon, end) - max(least, start))
+            if self._policy.max_records:
+                offset = max(offset, end - self._policy.max_records)
+            held[where[0]] += max(0, min(horizon, end) - max(offset, start))
             if offset > start:
-                cuts.append(Cut(where[0], where[1], start, offset, least, horizon))
+                behind = tuple(sorted(g for g, at in groups.items() if at < offset))
+                cuts.append(Cut(where[0], where[1], start, offset, least, horizon, behind))
         self._delete(cuts)
         low = {**starts, **{(c.topic, c.partition): c.offset for c in cuts}}
         for name in by_name:
@@ -190,6 +223,8 @@ class Retainer:
             self._metrics.held.labels(name).set(held[name])
         for cut in cuts:
             self._metrics.deleted.labels(cut.topic).inc(cut.records)
+            if cut.dropped:
+                self._metrics.dropped.labels(cut.topic).inc(cut.dropped)
         self._metrics.passes.inc()
         self._metrics.duration.set(time.monotonic() - began)
         return cuts
@@ -202,12 +237,14 @@ class Retainer:
             raise RetentionError(f"no topic metadata: {err.args[0].str()}") from err
         return {name: len(m.partitions) for name, m in metadata.items()}
 
-    def _consumed(self, partitions: set[Partition], counts: Mapping[str, int]) -> dict[Partition, int]:
-        """Per partition, the least offset any group has committed on it; a partition a
-        required group has not committed on counts as consumed up to nothing (offset -1)."""
+    def _committed(
+        self, partitions: set[Partition], counts: Mapping[str, int]
+    ) -> dict[Partition, dict[str, int]]:
+        """Per partition, the offset each group that holds it back has committed there; a
+        required group that has not committed on it counts as consumed up to nothing (-1)."""
         listed = self._result(self._admin.list_consumer_groups(request_timeout=self._timeout_s), "groups")
         groups = {g.group_id for g in listed.valid} | set(self._policy.required)
-        least: dict[Partition, int] = {}
+        by_partition: dict[Partition, dict[str, int]] = {}
         for group in sorted(groups):
             if group.startswith(self._policy.ignored) and group not in self._policy.required:
                 continue
@@ -227,9 +264,8 @@ class Retainer:
                 for p in range(counts.get(t.name, 0))
             }
             for where in partitions & (set(committed) | needed):
-                offset = committed.get(where, -1)
-                least[where] = min(least.get(where, offset), offset)
-        return least
+                by_partition.setdefault(where, {})[group] = committed.get(where, -1)
+        return by_partition
 
     def _offsets(
         self, partitions: list[TopicPartition], spec: Callable[[TopicPartition], OffsetSpec]
@@ -272,8 +308,19 @@ def run_retention(
             log.warning("retention pass failed, deleting nothing: %s", err)
         else:
             for cut in cuts:
+                if cut.dropped:
+                    log.warning(
+                        "%s/%d: deleted %d records %s had not consumed: the partition held more "
+                        "than retention.max_records_per_partition (%d); they resume at %d",
+                        cut.topic,
+                        cut.partition,
+                        cut.dropped,
+                        ", ".join(cut.behind) or "any group",
+                        retainer.max_records,
+                        cut.offset,
+                    )
                 log.info(
-                    "%s/%d: deleted %d records below %d (every group is past %d, retention from %d)",
+                    "%s/%d: deleted %d records below %d (least committed %d, retention from %d)",
                     cut.topic,
                     cut.partition,
                     cut.records,
