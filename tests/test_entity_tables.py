@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from pod_events import DEPLOYMENT, REPLICASET, T0, at, pod
 
@@ -371,16 +378,7 @@ def test_state_topics_equal_an_independent_fold_of_the_events(
 
     plain = [event for _, event in events]
     want_workloads = expected_workloads(plain)
-    pods = [e for e in plain if isinstance(e, PodEvent)]
-    pod_rows = len(pods) + sum(p.type == ChangeType.DELETED for p in pods)
-    wait_until(
-        lambda: (
-            len(table(read(platform, STATE_WORKLOADS, cluster))) == len(want_workloads)
-            and len(read(platform, STATE_PODS, cluster)) == pod_rows
-        ),
-        120,
-        "every workload and pod state",
-    )
+    wait_drained(platform, f"t-{unique}", 120)
 
     def check_entities(node_events: list[NodeEvent]) -> None:
         cases: list[tuple[TopicSpec, TopicSpec, Callable[[Any], str]]] = [
@@ -403,7 +401,6 @@ def test_state_topics_equal_an_independent_fold_of_the_events(
             f"{cluster}/{k}".encode(): v for k, v in inventories.items() if k not in gone
         }
 
-    wait_until(lambda: len(table(read(platform, STATE_NODES, cluster))) == 3, 60, "the nodes")
     check_entities([])
 
     got = decode_table(codec, STATE_WORKLOADS, read(platform, STATE_WORKLOADS, cluster))
@@ -438,13 +435,8 @@ def test_state_topics_equal_an_independent_fold_of_the_events(
     # Live: a node deleted now takes its state and its inventory with it.
     deleted = node(cluster, "node-a", 20, ChangeType.DELETED)
     publish(platform, codec, [(NODES, deleted)])
-    wait_until(
-        lambda: (
-            table(read(platform, STATE_INVENTORY, cluster)).get(f"{cluster}/node-a".encode(), b"") is None
-        ),
-        60,
-        "node-a's inventory tombstone",
-    )
+    wait_drained(platform, f"t-{unique}", 60)
+    assert table(read(platform, STATE_INVENTORY, cluster))[f"{cluster}/node-a".encode()] is None
     check_entities([deleted])
 
 
@@ -465,30 +457,11 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
     publish(platform, codec, events)
     app = tables_app(f"tv-{unique}")
     app.start()
+    # Pods sit on several partitions and reach their workloads through the forwarding topic:
+    # a view on the way can look final (p2 and p3 also count two active pods), so only the
+    # group's offsets say every event is applied.
+    wait_drained(platform, f"tv-{unique}", 120)
 
-    def active_pods() -> tuple[int | None, list[str] | None]:
-        body = app.get(f"/workloads/{cluster}/deploy-1")[1] or {}
-        return (body.get("workload") or {}).get("active_pods"), body.get("pods")
-
-    # Pods sit on several partitions, so a view on the way can also count two active pods
-    # (p2 and p3 before p2 ends and p3 is deleted): wait for the final pair itself.
-    wait_until(
-        lambda: active_pods() == (2, ["p1", "p4"]),
-        120,
-        "the workload view with its two final active pods (they come through the forwarding topic)",
-    )
-
-    def firmware_of_node_a() -> list[str]:
-        devices = (app.get(f"/nodes/{cluster}/node-a")[1] or {}).get("devices") or {}
-        return [gpu["firmware_version"] for gpu in devices.get("gpus", [])]
-
-    # The first inventory can show before the one with new firmware: wait for the last.
-    wait_until(
-        lambda: firmware_of_node_a() == ["MEC 178", "MEC 178"], 60, "node-a's devices with new firmware"
-    )
-
-    # p1 is active while Pending too: its view can still be on the way to Running.
-    wait_until(lambda: (app.get(f"/pods/{cluster}/p1")[1] or {}).get("phase") == "Running", 60, "p1 Running")
     status, found = app.get(f"/pods/{cluster}/p1")
     assert status == 200 and (found["uid"], found["phase"]) == ("p1", "Running")
     status, found = app.get(f"/workloads/{cluster}/deploy-1")
@@ -497,6 +470,7 @@ def test_views_answer_for_a_pod_a_workload_with_its_children_and_a_node_with_its
     assert found["children"][0]["parent_uid"] == "deploy-1"
     status, found = app.get(f"/nodes/{cluster}/node-a")
     assert found["node"]["node"] == "node-a"
+    assert [gpu["firmware_version"] for gpu in found["devices"]["gpus"]] == ["MEC 178", "MEC 178"]
     for path in (f"/pods/{cluster}/nope", f"/workloads/{cluster}/nope", f"/nodes/{cluster}/node-c"):
         assert app.get(path)[0] == 404, path
 
@@ -588,6 +562,25 @@ def progress(platform, group: str, specs: Iterable[TopicSpec]) -> dict[tuple[str
         reader.close()
 
 
+def wait_drained(platform, group: str, timeout: float) -> None:
+    """Until ``group`` has committed every source partition to its end, the forwarding topic
+    included: each commit holds the rows of what it consumed, so then every event is applied
+    and written (a view or a row count can look final on the way)."""
+    sources = [PODS, NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, forwarded_topic(group)]
+
+    def short() -> str:
+        try:
+            left = {tp: pair for tp, pair in progress(platform, group, sources).items() if pair[0] < pair[1]}
+        except KafkaException as err:  # the app has not created its forwarding topic yet
+            return f"offsets not read: {err}"
+        return f"source partitions short of their end (committed, end): {left}" if left else ""
+
+    deadline = time.monotonic() + timeout
+    while (left := short()) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not left, left
+
+
 def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
     platform, codec: AvroCodec, unique: str, tables_app
 ) -> None:
@@ -596,7 +589,6 @@ def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
     heartbeat is late; it re-joins, gets its partitions back and recovers its tables)."""
     cluster = f"tables-kill-{unique}"
     group = f"tk-{unique}"
-    sources = [PODS, NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, forwarded_topic(group)]
     events = stream_of_changes(cluster, seed=7)
     half, three_quarters = len(events) // 2, 3 * len(events) // 4
     publish(platform, codec, events[:half])
@@ -626,13 +618,7 @@ def test_a_kill_9_mid_stream_loses_and_repeats_no_state_row(
     assert done < end, "killed mid-stream"
     app.start()
 
-    def short() -> dict[tuple[str, int], tuple[int, int]]:
-        return {tp: pair for tp, pair in progress(platform, group, sources).items() if pair[0] < pair[1]}
-
-    deadline = time.monotonic() + 60
-    while (left := short()) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert not left, f"source partitions short of their end (committed, end): {left}"
+    wait_drained(platform, group, 60)
     # The group's offsets say the app is done; the rows are what is checked.
     written = [STATE_PODS, STATE_NODES, STATE_INVENTORY, STATE_CONTAINERS, STATE_WORKLOADS, DEVICE_CHANGELOG]
     by_name = read_topics(platform, written, cluster)

@@ -21,7 +21,6 @@ from gpulens.schemas.model.topics import GPU_SAMPLES
 
 LOAD = 125_000
 """GpuSampleBatch records of 8 GPUs: 1,000,000 sample rows."""
-"""GpuSampleBatch records of the kill test (x 8 GPUs = 160,000 sample rows)."""
 
 
 def _lag_gauge(group: str, topic: str) -> float | None:

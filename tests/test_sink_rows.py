@@ -118,7 +118,18 @@ def test_every_record_type_lands_in_its_tables_with_its_values(sink, unique) -> 
     stored_at = at.replace(tzinfo=None)  # clickhouse-connect answers UTC columns with naive UTC datetimes
     _publish_all(sink, _examples(cluster, at))
     sink.wait_rows("dead_letters", 1)
-    for table in ("node_events", "pods", "workloads", "gpu_devices", "gpu_samples", "container_devices"):
+    # A record's tables are inserted one after another: wait for every table read below.
+    for table in (
+        *("nodes", "node_events", "pods", "pod_events", "workloads", "workload_events"),
+        *(
+            "gpu_devices",
+            "rdma_devices",
+            "gpu_samples",
+            "containers",
+            "container_events",
+            "container_devices",
+        ),
+    ):
         sink.wait_rows(table, 1)
     sink.wait_rows("cluster_gpu_allocation", 1)
     sink.wait_rows("node_gpu_allocation", 1)
