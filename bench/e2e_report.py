@@ -89,6 +89,9 @@ class SizeResult:
     others_pct: float = 0.0
     """Of which processes this benchmark did not start (other work on the machine)."""
     poll_query_ms_p50: float = 0.0
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Per topic, records the retention cap deleted before every group had consumed them (the
+    retention job's counter at the end of the run)."""
     profiles: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 

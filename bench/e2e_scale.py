@@ -38,8 +38,10 @@ start, when the burst of every node joining is over, to the end of publishing):
   held at once.
 
 A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), rows are missing at the
-end, or the simulator cannot publish an interval's batches within the interval (it shares the
-2 cores; real agents run on the GPU nodes). ``--find-max`` steps the fleet up by ``--step``
+end, the retention job dropped records a group had not consumed (its cap,
+``retention.max_records_per_partition``: counted from its /metrics), or the simulator cannot
+publish an interval's batches within the interval (it shares the 2 cores; real agents run on
+the GPU nodes). ``--find-max`` steps the fleet up by ``--step``
 from ``--start-gpus`` until a size fails and prints the highest one that passed.
 ``--profile worker,sink`` samples those processes with py-spy (installed separately) over the
 steady window and prints their hottest functions. Starts everything itself; never asserts.
@@ -59,11 +61,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.e2e_probes import OffsetSampler, ProcessSampler, RowPoller
 from bench.e2e_profiling import Profiler
@@ -320,6 +324,8 @@ class _SizeRun:
             published_end = time.time()
             sim = json.loads(out.read_text())
             self._drain(rows, offsets, int(sim["samples"]), published_end + options.drain_timeout_s)
+            if RETENTION in self.processes.running:
+                result.dropped = _dropped(settings)
         finally:
             for timer in timers:
                 timer.cancel()
@@ -337,6 +343,21 @@ class _SizeRun:
             if rows.visible >= expected and worker is not None and worker[0] >= worker[1]:
                 return
             time.sleep(0.5)
+
+
+def _dropped(settings: GPULensSettings) -> dict[str, int]:
+    """Per topic, the records the retention job's cap deleted unconsumed (its /metrics)."""
+    retention = settings.retention
+    url = f"http://{retention.metrics_host}:{retention.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        sample.labels["topic"]: int(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == "gpulens_retention_dropped_records"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.value
+    }
 
 
 def _analyse(
@@ -400,6 +421,8 @@ def _analyse(
         result.failures.append(f"p99 > {options.p99_limit_s:g} s")
     if result.rows_visible < result.published_samples:
         result.failures.append(f"{result.published_samples - result.rows_visible:,} rows missing")
+    if result.dropped:
+        result.failures.append(f"retention dropped {sum(result.dropped.values()):,} records not yet consumed")
 
 
 def _print_results(results: list[SizeResult], options: Options) -> None:
@@ -414,6 +437,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             f"visibility query p50 {r.poll_query_ms_p50:.0f} ms"
         )
         print(notes)
+        for topic, records in sorted(r.dropped.items()):
+            print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():
             print(f"\nprofile of the {name} at {r.gpus:,} GPUs (py-spy, steady window):\n{summary}")
 
