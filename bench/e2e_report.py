@@ -17,6 +17,7 @@ from bench.e2e_probes import Usage
 
 SYSTEM = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "retention")
 """The processes under test; the simulator (the GPU nodes' agents) and the benchmark are not."""
+RSS_STEP_S = 60.0
 GROWTH_SHARE = 0.05
 """Lag grows when it rises by more than this share of the group's input rate ..."""
 GROWTH_BEHIND_S = 6.0
@@ -89,6 +90,9 @@ class SizeResult:
     others_pct: float = 0.0
     """Of which processes this benchmark did not start (other work on the machine)."""
     poll_query_ms_p50: float = 0.0
+    rss_over_time: dict[str, list[int]] = field(default_factory=dict)
+    """RSS (MB, VmRSS) of the broker, the worker and the system under test together, every
+    :data:`RSS_STEP_S` from the simulator's start."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Per topic, records the retention cap deleted before every group had consumed them (the
     retention job's counter at the end of the run)."""
@@ -166,6 +170,26 @@ def processes_of(
             cpu = 100 * (u1.cpu_s - u0.cpu_s) / (t1 - t0) if t1 > t0 else 0.0
         result[name] = Process(cpu, max(u.hwm_kb for _, u in points) / 1024)
     return result
+
+
+def rss_over_time(
+    series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float
+) -> dict[str, list[int]]:
+    """RSS (MB) of the broker, the worker and the :data:`SYSTEM` processes together at each
+    :data:`RSS_STEP_S` from ``start`` to ``end``: the sample nearest each instant."""
+    if not series:
+        return {}
+    steps = [start + i * RSS_STEP_S for i in range(int((end - start) // RSS_STEP_S) + 1)]
+    nearest = [min(series, key=lambda point, at=at: abs(point[0] - at))[1] for at in steps]
+
+    def mb(found: dict[str, Usage], names: Sequence[str]) -> int:
+        return round(sum(found[n].rss_kb for n in names if n in found) / 1024)
+
+    return {
+        "broker": [mb(found, ["broker"]) for found in nearest],
+        "worker": [mb(found, ["worker"]) for found in nearest],
+        "system": [mb(found, SYSTEM) for found in nearest],
+    }
 
 
 def machine_of(

@@ -35,7 +35,8 @@ start, when the burst of every node joining is over, to the end of publishing):
 * **CPU** (user + system seconds over wall seconds of the steady window, % of one core; this
   machine has 2) and **peak RSS** (VmHWM) of each process from ``/proc``, and the most RSS the
   system under test (broker, registry, ClickHouse holder, worker, sink, exporter, retention)
-  held at once.
+  held at once; and **RSS over time**: the broker's, the worker's and the system's every 60 s
+  from the simulator's start to the end of publishing.
 
 A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), rows are missing at the
 end, the retention job dropped records a group had not consumed (its cap,
@@ -72,6 +73,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.e2e_probes import OffsetSampler, ProcessSampler, RowPoller
 from bench.e2e_profiling import Profiler
 from bench.e2e_report import (
+    RSS_STEP_S,
     SYSTEM,
     SizeResult,
     first_time,
@@ -79,6 +81,7 @@ from bench.e2e_report import (
     machine_of,
     processes_of,
     quantile,
+    rss_over_time,
     slope,
     tables,
 )
@@ -405,6 +408,7 @@ def _analyse(
         [(t, v["worker"][0] >= v["worker"][1]) for t, v in offsets.series if "worker" in v], published_end
     )
     result.processes = processes_of(sampler.series, begin, end)
+    result.rss_over_time = rss_over_time(sampler.series, begin - options.warmup_s, published_end)
     result.machine_busy_pct, result.others_pct = machine_of(sampler.machine, result.processes, begin, end)
     result.total_rss_peak_mb = max(
         (sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024 for _, found in sampler.series),
@@ -437,6 +441,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             f"visibility query p50 {r.poll_query_ms_p50:.0f} ms"
         )
         print(notes)
+        for name, points in r.rss_over_time.items():
+            print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
         for topic, records in sorted(r.dropped.items()):
             print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():
