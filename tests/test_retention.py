@@ -96,14 +96,37 @@ def first_offset(platform: GPULensSettings, group: str, topic: str) -> dict[int,
     return first
 
 
-def test_cuts_at_the_least_committed_offset_and_the_retention_time(
-    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
-) -> None:
+def publish_samples(settings: GPULensSettings, per_partition: int) -> None:
+    producer = Producer(settings.kafka.librdkafka())
+    for partition in range(GPU_SAMPLES.partitions):
+        for _ in range(per_partition):
+            producer.produce(GPU_SAMPLES.name, b"v", partition=partition)
+    assert producer.flush(30) == 0
+
+
+def retention_once(config: Path, **retention: str) -> str:
+    """What `gpulens retention --once` prints, with ``[retention]`` settings by environment."""
+    env = {**os.environ, **{f"GPULENS_RETENTION__{key.upper()}": value for key, value in retention.items()}}
+    once = [sys.executable, "-m", "gpulens", "--config", str(config), "retention", "--once"]
+    return subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def behind(platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str) -> str:
+    """Two groups through the topics: one behind (events at 15 and 5), one ahead (events at 18
+    and 20, the compacted topic read whole); the name of the one behind."""
     events, state = topics
     behind, ahead = f"ret-behind-{unique}", f"ret-ahead-{unique}"
     consume_to(platform, behind, events.name, {0: 15, 1: 5})
     consume_to(platform, ahead, events.name, {0: 18, 1: 20})
     consume_to(platform, ahead, state.name, {0: 20, 1: 20})
+    return behind
+
+
+def test_cuts_at_the_least_committed_offset_and_the_retention_time(
+    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], behind: str
+) -> None:
+    events, state = topics
     policy = RetentionPolicy(topics=(events, state), keep_ms=HOUR_MS)
 
     cuts = Retainer(platform.kafka, policy).run_once()
@@ -198,28 +221,25 @@ def test_ignored_groups_hold_nothing_back_and_unread_partitions_stay(
 
 
 def test_past_the_cap_a_partition_keeps_its_newest_records_whoever_has_not_consumed_them(
-    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], unique: str
+    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], behind: str
 ) -> None:
     events, state = topics
-    behind, ahead = f"ret-behind-{unique}", f"ret-ahead-{unique}"
-    consume_to(platform, behind, events.name, {0: 3, 1: 15})
-    consume_to(platform, ahead, events.name, {0: 18, 1: 20})
     metrics = RetentionMetrics()
     policy = RetentionPolicy(topics=(events, state), keep_ms=HOUR_MS, max_records=8)
 
     cuts = Retainer(platform.kafka, policy, metrics=metrics).run_once()
 
-    # 8 of 20 stay on both partitions. Partition 0: the group behind loses offsets 3-11.
-    # Partition 1: every group had read what the cap cut (10-11: new, but over the cap).
+    # 8 of 20 stay on both partitions. Partition 0: every group had read what the cap cut
+    # (10-11: new, but over the cap). Partition 1: the group behind loses offsets 5-11.
     assert low_watermarks(platform, events.name) == {0: 12, 1: 12}
     assert {(c.partition, c.offset, c.dropped, c.behind) for c in cuts} == {
-        (0, 12, 9, (behind,)),
-        (1, 12, 0, ()),
+        (0, 12, 0, ()),
+        (1, 12, 7, (behind,)),
     }
     dropped = metrics.registry.get_sample_value(
         "gpulens_retention_dropped_records_total", {"topic": events.name}
     )
-    assert dropped == 9
+    assert dropped == 7
     assert low_watermarks(platform, state.name) == {0: 0, 1: 0}
 
 
@@ -230,24 +250,18 @@ def test_gpulens_retention_waits_for_every_pipeline_group(
     worker, the sink; not the exporter, which never reads them) has committed past them: a
     pipeline group not started yet loses nothing."""
     settings, config = own_platform
-    producer = Producer(settings.kafka.librdkafka())
-    for partition in range(GPU_SAMPLES.partitions):
-        for _ in range(10):
-            producer.produce(GPU_SAMPLES.name, b"v", partition=partition)
-    assert producer.flush(30) == 0
+    publish_samples(settings, 10)
     everything = dict.fromkeys(range(GPU_SAMPLES.partitions), 10)
     groups = [
         group for group, topics in pipeline_groups(settings).items() if GPU_SAMPLES in topics or not topics
     ]
     assert groups == [WorkerOptions().group_id, settings.sink.group_id]
-    env = {**os.environ, "GPULENS_RETENTION__KEEP_S": "0"}
-    once = [sys.executable, "-m", "gpulens", "--config", str(config), "retention", "--once"]
 
     for group in groups:
-        assert subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout == ""
+        assert retention_once(config, keep_s="0") == ""
         assert set(low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions).values()) == {0}
         consume_to(settings, group, GPU_SAMPLES.name, everything)
-    deleted = subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout
+    deleted = retention_once(config, keep_s="0")
 
     assert low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions) == everything
     assert deleted.splitlines() == [
@@ -261,15 +275,9 @@ def test_gpulens_retention_cuts_past_the_cap_and_names_the_groups_that_lose_reco
     """The sink has not committed on the GPU samples yet (it holds them all back), but each
     partition holds 10 records against a cap of 4: the oldest 6 go, and the sink is named."""
     settings, config = own_platform
-    producer = Producer(settings.kafka.librdkafka())
-    for partition in range(GPU_SAMPLES.partitions):
-        for _ in range(10):
-            producer.produce(GPU_SAMPLES.name, b"v", partition=partition)
-    assert producer.flush(30) == 0
-    env = {**os.environ, "GPULENS_RETENTION__MAX_RECORDS_PER_PARTITION": "4"}
-    once = [sys.executable, "-m", "gpulens", "--config", str(config), "retention", "--once"]
+    publish_samples(settings, 10)
 
-    deleted = subprocess.run(once, env=env, capture_output=True, text=True, check=True).stdout
+    deleted = retention_once(config, max_records_per_partition="4")
 
     assert low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions) == dict.fromkeys(
         range(GPU_SAMPLES.partitions), 6
