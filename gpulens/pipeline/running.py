@@ -177,7 +177,7 @@ class StreamWorker:
         self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
         """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
         self._consumer = Consumer(
-            kafka.librdkafka(
+            kafka.streaming_consumer(
                 **{
                     "group.id": options.group_id,
                     "enable.auto.commit": False,

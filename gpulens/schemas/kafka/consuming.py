@@ -324,7 +324,7 @@ class DecodingConsumer:
         self._codec = codec
         self._specs = {t.name: t for t in topics}
         self._consumer = Consumer(
-            kafka.librdkafka(
+            kafka.streaming_consumer(
                 **{
                     "group.id": group_id,
                     "enable.auto.commit": False,

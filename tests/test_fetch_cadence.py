@@ -1,0 +1,94 @@
+"""A pipeline consumer fetches a partition that records keep reaching once per interval, not in a
+loop: the embedded broker answers every fetch at once (it ignores fetch.wait.max.ms)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from gpulens.config import GPULensSettings
+from gpulens.schemas.kafka.consuming import DecodingConsumer
+from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import PodEvent
+from gpulens.schemas.model.topics import TopicSpec
+from gpulens.schemas.wire.codec import AvroCodec
+
+RECORDS = 300
+EVERY_S = 0.01
+"""A record every 10 ms for 3 s: a partition of the GPU samples at about 20,000 GPUs."""
+MOST_FETCHES = 40
+"""In 3 s: one fetch per 250 ms while records come (12), with room for the partition's end, which
+IdlePartitions paces (measured: 13 fetches every 250 ms, 49,800-50,500 without an interval)."""
+
+
+@pytest.fixture
+def topic(platform: GPULensSettings, unique: str) -> TopicSpec:
+    spec = TopicSpec(f"cadence-{unique}", PodEvent, "uid", 1)
+    create_topics(platform.kafka, [spec])
+    return spec
+
+
+def consume_while_fed(
+    platform: GPULensSettings, codec: AvroCodec, topic: TopicSpec, interval_ms: int
+) -> tuple[int, int]:
+    """Feed ``topic`` a record every 10 ms while the pipeline's consumer, fetching every
+    ``interval_ms``, reads it; returns (records received, fetch requests it sent meanwhile)."""
+    fetches: list[int] = []
+    consumer = DecodingConsumer(
+        platform.kafka.model_copy(update={"fetch_interval_ms": interval_ms}),
+        codec,
+        group_id=f"{topic.name}-{interval_ms}",
+        topics=[topic],
+        start=[TopicPartition(topic.name, 0, 0)],  # a new topic: every record fed is read
+        overrides={
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda s: fetches.append(
+                sum(b["req"]["Fetch"] for b in json.loads(s)["brokers"].values())
+            ),
+        },
+    )
+    producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 0}))
+
+    def feed() -> None:
+        for i in range(RECORDS):
+            producer.produce(topic.name, value=str(i).encode())
+            producer.poll(0)
+            time.sleep(EVERY_S)
+        producer.flush(30)
+
+    feeder = threading.Thread(target=feed)
+    received = 0
+    deadline = time.monotonic() + 60
+    try:
+        while not fetches and time.monotonic() < deadline:  # connected, at the end, paced
+            consumer.poll_undecoded({topic.name}, 100, 0.1)
+        before = fetches[-1]
+        feeder.start()
+        while received < RECORDS and time.monotonic() < deadline:
+            received += len(consumer.poll_undecoded({topic.name}, 100, 0.1))
+        return received, fetches[-1] - before
+    finally:
+        if feeder.is_alive():
+            feeder.join()
+        consumer.close()
+
+
+def test_a_partition_records_keep_reaching_is_fetched_once_per_interval(
+    platform: GPULensSettings, codec: AvroCodec, topic: TopicSpec
+) -> None:
+    received, fetches = consume_while_fed(platform, codec, topic, 250)
+    assert received == RECORDS
+    assert fetches <= MOST_FETCHES, f"{fetches} fetches in 3 s"
+
+
+def test_without_an_interval_the_same_partition_is_fetched_in_a_loop(
+    platform: GPULensSettings, codec: AvroCodec, topic: TopicSpec
+) -> None:
+    """What the interval answers, on the broker the tests run: the baseline of the test above."""
+    received, fetches = consume_while_fed(platform, codec, topic, 0)
+    assert received == RECORDS
+    assert fetches > MOST_FETCHES * 10, f"only {fetches} fetches in 3 s: the broker waits for data now"
