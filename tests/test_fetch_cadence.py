@@ -7,7 +7,6 @@ import json
 import threading
 import time
 
-import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from gpulens.config import GPULensSettings
@@ -20,23 +19,15 @@ from gpulens.schemas.wire.codec import AvroCodec
 RECORDS = 300
 EVERY_S = 0.01
 """A record every 10 ms for 3 s: a partition of the GPU samples at about 20,000 GPUs."""
-MOST_FETCHES = 40
-"""In 3 s: one fetch per 250 ms while records come (12), with room for the partition's end, which
-IdlePartitions paces (measured: 13 fetches every 250 ms, 49,800-50,500 without an interval)."""
-
-
-@pytest.fixture
-def topic(platform: GPULensSettings, unique: str) -> TopicSpec:
-    spec = TopicSpec(f"cadence-{unique}", PodEvent, "uid", 1)
-    create_topics(platform.kafka, [spec])
-    return spec
 
 
 def consume_while_fed(
-    platform: GPULensSettings, codec: AvroCodec, topic: TopicSpec, interval_ms: int
+    platform: GPULensSettings, codec: AvroCodec, unique: str, interval_ms: int
 ) -> tuple[int, int]:
-    """Feed ``topic`` a record every 10 ms while the pipeline's consumer, fetching every
+    """Feed a new topic a record every 10 ms while the pipeline's consumer, fetching every
     ``interval_ms``, reads it; returns (records received, fetch requests it sent meanwhile)."""
+    topic = TopicSpec(f"cadence-{unique}-{interval_ms}", PodEvent, "uid", 1)
+    create_topics(platform.kafka, [topic])
     fetches: list[int] = []
     consumer = DecodingConsumer(
         platform.kafka.model_copy(update={"fetch_interval_ms": interval_ms}),
@@ -77,18 +68,17 @@ def consume_while_fed(
         consumer.close()
 
 
-def test_a_partition_records_keep_reaching_is_fetched_once_per_interval(
-    platform: GPULensSettings, codec: AvroCodec, topic: TopicSpec
+def test_a_partition_records_keep_reaching_is_fetched_once_per_interval_not_in_a_loop(
+    platform: GPULensSettings, codec: AvroCodec, unique: str
 ) -> None:
-    received, fetches = consume_while_fed(platform, codec, topic, 250)
+    """The same feed read twice: every 250 ms, then as librdkafka does by itself. Compared in one
+    test, since both counts follow the machine's load: 12-13 and about 50,000 on a quiet
+    machine, 95 every 250 ms during the full suite, 819-3,273 and 26,000-31,000 beside three
+    busy loops. The interval paces answers that bring records; an empty answer between two
+    records is asked again at once until the consumer's loop pauses the partition at its end
+    (IdlePartitions), later the busier the machine."""
+    received, paced = consume_while_fed(platform, codec, unique, 250)
     assert received == RECORDS
-    assert fetches <= MOST_FETCHES, f"{fetches} fetches in 3 s"
-
-
-def test_without_an_interval_the_same_partition_is_fetched_in_a_loop(
-    platform: GPULensSettings, codec: AvroCodec, topic: TopicSpec
-) -> None:
-    """What the interval answers, on the broker the tests run: the baseline of the test above."""
-    received, fetches = consume_while_fed(platform, codec, topic, 0)
+    received, looping = consume_while_fed(platform, codec, unique, 0)
     assert received == RECORDS
-    assert fetches > MOST_FETCHES * 10, f"only {fetches} fetches in 3 s: the broker waits for data now"
+    assert paced * 4 < looping, f"{paced} fetches every 250 ms, {looping} in a loop"
