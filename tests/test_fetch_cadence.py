@@ -32,7 +32,7 @@ def consume_while_fed(
     consumer = DecodingConsumer(
         platform.kafka.model_copy(update={"fetch_interval_ms": interval_ms}),
         codec,
-        group_id=f"{topic.name}-{interval_ms}",
+        group_id=topic.name,
         topics=[topic],
         start=[TopicPartition(topic.name, 0, 0)],  # a new topic: every record fed is read
         overrides={
