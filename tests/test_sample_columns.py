@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +69,21 @@ def check(codec: AvroCodec, values: list[bytes]) -> int:
     return read
 
 
+def read_by_column(codec: AvroCodec, events: Iterable[Event]) -> list[Given]:
+    """``events`` with every GPU sample batch as the worker reads it from a fetch: by column."""
+    given: list[Given] = list(events)
+    at = [i for i, event in enumerate(given) if isinstance(event, GpuSampleBatch)]
+    wires = [codec.encode(GPU_SAMPLES, given[i]) for i in at]  # type: ignore[arg-type]
+    decoder = NativeSampleDecoder(codec, GPU_SAMPLES)
+    columns = [
+        c for start in range(0, len(wires), 1_000) for c in decoder.decode(wires[start : start + 1_000])
+    ]
+    assert None not in columns
+    for i, batch in zip(at, columns, strict=True):
+        given[i] = batch  # type: ignore[assignment]
+    return given
+
+
 def test_random_batches_read_by_column_as_the_exact_path_reads_them(codec: AvroCodec) -> None:
     records = RandomRecords(random.Random(7))
     schema: Any = json.loads(committed(GpuSampleBatch))
@@ -101,16 +117,7 @@ def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(
         duration_s=150, cluster="columns",
     )  # fmt: skip
     events: list[Event] = [event for _, event in ClusterSimulation(spec).events()]
-    at = [i for i, event in enumerate(events) if isinstance(event, GpuSampleBatch)]
-    wires = [codec.encode(GPU_SAMPLES, events[i]) for i in at]
-    decoder = NativeSampleDecoder(codec, GPU_SAMPLES)
-    columns = [
-        c for start in range(0, len(wires), 1_000) for c in decoder.decode(wires[start : start + 1_000])
-    ]
-    assert None not in columns
-    read: list[Given] = list(events)
-    for i, batch in zip(at, columns, strict=True):
-        read[i] = batch  # type: ignore[assignment]
+    read = read_by_column(codec, events)
 
     def run(given: list[Given]) -> tuple[list[Any], dict[str, Any]]:
         operators: list[Operator] = [

@@ -26,7 +26,7 @@ Rows of GPUs held over a window (cluster, node, workload) share their window and
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
@@ -97,7 +97,6 @@ class BaseAggregator(ABC, Generic[S]):
         """``event``'s cluster, opened if new, its instant moved to the event's time (settling
         what held until then); raises LateEvent for an event older than the instant."""
         at = event_time_ms(event)
-        self._changed.add(("cluster", event.cluster))
         cluster = self._clusters.get(event.cluster)
         if cluster is None:
             cluster = self._clusters[event.cluster] = self._open(event.cluster, at)
@@ -106,9 +105,23 @@ class BaseAggregator(ABC, Generic[S]):
                 f"{event_name(event)} at {event.event_time.isoformat()} arrived after "
                 f"{from_ms(cluster.instant).isoformat()} for cluster {event.cluster}"
             )
-        elif at > cluster.instant:
+        self._move(cluster, at)
+        return cluster
+
+    def _move(self, cluster: S, at: int) -> None:
+        """Move the cluster's instant to ``at`` (never back), settling what held until then."""
+        self._changed.add(("cluster", cluster.name))
+        if at > cluster.instant:
             self._settle(cluster)
             cluster.instant = at
+
+    def _run_cluster(self, run: Sequence[SampleColumns]) -> S | None:
+        """The cluster a run of its GPU sample batches (in event-time order) may be applied to at
+        once: one already known, the run not older than its instant. None otherwise, with nothing
+        applied: the worker gives the batches one by one then (a late one is reported)."""
+        cluster = self._clusters.get(run[0].cluster)
+        if cluster is None or run[0].event_ms < cluster.instant:
+            return None
         return cluster
 
     # --- checkpoint (gpulens.pipeline.checkpointing.Stateful) ---------------------------------
@@ -166,6 +179,14 @@ class BaseWindowedAggregator(BaseAggregator[W], Generic[W, R]):
             # time leaves.
             return iter(())
         return self._closing(cluster, at)
+
+    def _run_cluster(self, run: Sequence[SampleColumns]) -> W | None:
+        """As the skeleton's, and no window closes within the run (windows close one at a time,
+        through :meth:`advance`)."""
+        cluster = super()._run_cluster(run)
+        if cluster is None or run[-1].event_ms >= cluster.window_start + self.windows.size_ms:
+            return None
+        return cluster
 
     def _closing(self, cluster: W, at: int) -> Iterator[list[R]]:
         self._changed.add(("cluster", cluster.name))

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -163,13 +163,9 @@ class AlertDetector(BaseAggregator[_Cluster]):
     def process(self, event: Event | SampleColumns) -> list[Alert]:
         """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
         cluster = self._enter(event)
-        at = cluster.instant
-        alerts, self._settled = self._settled, []
-        alerts += self._expire_pending(cluster, at)
-        alerts += self._expire_silences(cluster, at)
+        alerts = self._due(cluster)
         if isinstance(event, GpuSampleBatch | SampleColumns):
-            alerts += self._samples(cluster, event)
-            alerts += self._sampled(cluster, event.node)
+            alerts += self._batch(cluster, event)
         elif isinstance(event, ContainerEvent):
             cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
@@ -180,10 +176,42 @@ class AlertDetector(BaseAggregator[_Cluster]):
             alerts += self._pod(cluster, event)
         elif isinstance(event, GpuHealthEvent):
             alerts += self._health(cluster, event)
-        if not cluster.pile_up_stale and any(a.alert in ("GpuIdle", "GpuPodPending") for a in alerts):
+        self._note_pile_up(cluster, alerts)
+        return alerts
+
+    def process_samples(self, run: Sequence[SampleColumns]) -> list[Alert] | None:
+        """A run of one cluster's sample batches, in event-time order: the alerts of each batch as
+        :meth:`process` gives them, in order (None, nothing applied, where it cannot:
+        :meth:`_run_cluster`)."""
+        cluster = self._run_cluster(run)
+        if cluster is None:
+            return None
+        alerts: list[Alert] = []
+        for batch in run:
+            self._move(cluster, batch.event_ms)
+            caused = self._due(cluster) + self._batch(cluster, batch)
+            self._note_pile_up(cluster, caused)
+            alerts += caused
+        return alerts
+
+    def _due(self, cluster: _Cluster) -> list[Alert]:
+        """What falls due as time reaches the cluster's instant, before its event applies: the
+        pile-up of the instant left, pending pods and silent nodes past their rules."""
+        at = cluster.instant
+        alerts, self._settled = self._settled, []
+        alerts += self._expire_pending(cluster, at)
+        alerts += self._expire_silences(cluster, at)
+        return alerts
+
+    def _batch(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
+        return self._samples(cluster, batch) + self._sampled(cluster, batch.node)
+
+    def _note_pile_up(self, cluster: _Cluster, alerts: list[Alert]) -> None:
+        """GpuIdle or GpuPodPending alerts at the instant: judge the pile-up when time moves on."""
+        pile_up = ("GpuIdle", "GpuPodPending")
+        if alerts and not cluster.pile_up_stale and any(a.alert in pile_up for a in alerts):
             cluster.pile_up_stale = True
             self._changed.add(("pileup", cluster.name))
-        return alerts
 
     def _settle(self, cluster: _Cluster) -> None:
         if cluster.pile_up_stale:
@@ -194,12 +222,15 @@ class AlertDetector(BaseAggregator[_Cluster]):
     # --- GpuIdle ------------------------------------------------------------------------------
 
     def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> list[Alert]:
-        alerts = []
+        alerts: list[Alert] = []
         at = cluster.instant  # the batch's time, once entered
         threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
         names, utilizations = columns(batch)
         runs = cluster.runs
-        for gpu, utilization in zip(cluster.holders.gpus(names), utilizations, strict=True):
+        gpus = cluster.holders.gpus(names)
+        if runs.keys().isdisjoint(gpus) and not any(u is not None and u < below for u in utilizations):
+            return alerts  # no GPU idle, none ending a run: most batches, told apart in C
+        for gpu, utilization in zip(gpus, utilizations, strict=True):
             run = runs.get(gpu)
             if run is None and (utilization is None or not utilization < below):
                 continue  # not idle, whoever holds it, and no run to end: most samples
@@ -485,15 +516,13 @@ class AlertDetector(BaseAggregator[_Cluster]):
     def _expire_pending(self, cluster: _Cluster, at: int) -> list[Alert]:
         due_ms = self.rules.pending_for_s * 1000
         alerts = []
-        for pending in sorted(cluster.pending.values(), key=lambda p: (p.created, p.event.uid)):
-            if not pending.alerted and at - pending.created >= due_ms:
-                pending.alerted = True
-                self._changed.add(("pending", pending.event.cluster, pending.event.uid))
-                alerts.append(
-                    self._pending_alert(
-                        cluster, pending, pending.created + round(due_ms), AlertState.OPENED, ""
-                    )
-                )
+        due = [p for p in cluster.pending.values() if not p.alerted and at - p.created >= due_ms]
+        for pending in sorted(due, key=lambda p: (p.created, p.event.uid)):  # asked per event: few due
+            pending.alerted = True
+            self._changed.add(("pending", pending.event.cluster, pending.event.uid))
+            alerts.append(
+                self._pending_alert(cluster, pending, pending.created + round(due_ms), AlertState.OPENED, "")
+            )
         return alerts
 
     def _pending_alert(

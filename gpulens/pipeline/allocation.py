@@ -20,7 +20,7 @@ State is checkpointed key by key (:class:`~gpulens.pipeline.checkpointing.Statef
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -39,7 +39,7 @@ from gpulens.schemas.model.models import (
     PodEvent,
     Watermark,
 )
-from gpulens.schemas.wire.sample_columns import SampleColumns, readings
+from gpulens.schemas.wire.sample_columns import SampleColumns, columns
 
 
 @dataclass(slots=True)
@@ -116,10 +116,26 @@ class AllocationAggregator(BaseWindowedAggregator[_Cluster, AllocationRow]):
         elif isinstance(event, NodeEvent):
             self._apply_node(cluster, event)
         else:
-            values = [utilization for _, utilization in readings(event) if utilization is not None]
-            cluster.util_sum += sum(values)
-            cluster.util_count += len(values)
+            self._samples(cluster, columns(event)[1])
         return rows
+
+    def process_samples(self, run: Sequence[SampleColumns]) -> list[AllocationRow] | None:
+        """A run of one cluster's sample batches, in event-time order, applied as one by one
+        would (None, nothing applied, where it cannot: :meth:`_run_cluster`). Samples close no
+        window here and move no amount: time moves once, to the last batch's instant."""
+        cluster = self._run_cluster(run) if self.overview else None
+        if cluster is None:
+            return None
+        self._move(cluster, run[-1].event_ms)
+        for batch in run:
+            self._samples(cluster, batch.utilizations)  # batch by batch: the same float sums
+        return []
+
+    @staticmethod
+    def _samples(cluster: _Cluster, utilizations: list[float | None]) -> None:
+        values = [utilization for utilization in utilizations if utilization is not None]
+        cluster.util_sum += sum(values)
+        cluster.util_count += len(values)
 
     def _closes_windows(self, event: Event | SampleColumns) -> bool:
         return self._moves_time(event) or (isinstance(event, Watermark) and event.final)

@@ -9,7 +9,7 @@ restores it instead of re-reading the inputs.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpulens.pipeline.alerting import AlertDetector, AlertRules
 from gpulens.pipeline.allocation import AllocationAggregator
@@ -95,6 +95,18 @@ class Operator(Protocol):
         ...
 
 
+@runtime_checkable
+class TakesSampleRuns(Protocol):
+    """An operator that may take a run of GPU sample batches at once (the fleet's sample path:
+    the worker's work per batch, not per run, was most of its time)."""
+
+    def process_samples(self, run: Sequence[SampleColumns]) -> Sequence[Row] | None:
+        """The rows of a run of one cluster's sample batches in event-time order, all applied as
+        one by one would apply them; None, with nothing applied, where it cannot (a window closes
+        within the run, ...): the worker then gives it the batches one by one."""
+        ...
+
+
 class _Unwindowed:
     """An operator without windows: its work per event is bounded, nothing to close first."""
 
@@ -117,6 +129,9 @@ class AllocationOperator:
     def process(self, event: Given) -> Sequence[Record]:
         return self._aggregator.process(event)
 
+    def process_samples(self, run: Sequence[SampleColumns]) -> Sequence[Record] | None:
+        return self._aggregator.process_samples(run)
+
     def output(self, row: Row) -> TopicSpec:
         if isinstance(row, ClusterOverview):
             return CLUSTER_OVERVIEW
@@ -137,6 +152,9 @@ class WorkloadUsageOperator:
 
     def process(self, event: Given) -> Sequence[Record]:
         return self._usage.process(event)
+
+    def process_samples(self, run: Sequence[SampleColumns]) -> Sequence[Record] | None:
+        return self._usage.process_samples(run)
 
     def output(self, _row: Row) -> TopicSpec:
         return WORKLOAD_USAGE
@@ -192,6 +210,9 @@ class AlertOperator(_Unwindowed):
 
     def process(self, event: Given) -> Sequence[Record]:
         return self._detector.process(event)
+
+    def process_samples(self, run: Sequence[SampleColumns]) -> Sequence[Record] | None:
+        return self._detector.process_samples(run)
 
     def output(self, _row: Row) -> TopicSpec:
         return ALERTS

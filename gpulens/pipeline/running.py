@@ -59,7 +59,7 @@ from gpulens.pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBo
 from gpulens.pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from gpulens.pipeline.hanging_transactions import HangingTransactionReaper
 from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
-from gpulens.pipeline.operators import INPUT_ORDER, Given, Operator, Row
+from gpulens.pipeline.operators import INPUT_ORDER, Given, Operator, Row, TakesSampleRuns
 from gpulens.pipeline.positions import InputPositions
 from gpulens.pipeline.state_tables import Tombstone
 from gpulens.pipeline.windows import event_time_ms, from_ms
@@ -100,6 +100,11 @@ class _OutOfBounds:
 
 
 OFFSET_ONLY = _OffsetOnly()
+RUN_MOST = 1_000
+"""Most GPU sample batches in one run (:meth:`StreamWorker._process_run`)."""
+RUN_SPAN_MS = 10_000
+"""Longest event-time span of a run: what the windows it closes one by one (no commit between
+them) may cost stays small."""
 Input = Given | DecodeError | _OffsetOnly | _OutOfBounds
 STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerEvent)
 """Records that change state: never dropped as late (see ``StreamWorker._take``)."""
@@ -376,16 +381,23 @@ class StreamWorker:
             # A source's watermark is the worker's business; operators hear only the end of a
             # cluster: the last final watermark, once every source of it has sent one.
             last = len(items) - 1 if items and self._clocks.ended(cluster) else -1
-            for index, item in enumerate(items):
+            index = 0
+            while index < len(items):
                 self._finished = index
                 if stop is not None and stop.is_set():
                     return False
-                if isinstance(item.record, Watermark) and not (index == last and item.record.final):
-                    item = replace(item, record=OFFSET_ONLY)
-                self._clocks.released(cluster, item.event_ms)
-                if not self._process(item, cluster, stop):
-                    return False
-                self._finished = index + 1
+                end = self._run_end(items, index)
+                if end - index > 1:
+                    if not self._process_run(items[index:end], cluster, stop):
+                        return False
+                else:
+                    item = items[index]
+                    if isinstance(item.record, Watermark) and not (index == last and item.record.final):
+                        item = replace(item, record=OFFSET_ONLY)
+                    self._clocks.released(cluster, item.event_ms)
+                    if not self._process(item, cluster, stop):
+                        return False
+                self._finished = index = end
                 if self._cycle_full():  # mid-release too: a catch-up's rows come out as it goes
                     self._commit(stop=stop)
             self._released = []
@@ -567,6 +579,53 @@ class StreamWorker:
             LATE.inc()
             self._dlq.send_read(item, "late-event", str(late))
         self._positions.processed(cluster, item.topic, item.partition, item.offset)
+        return True
+
+    def _run_end(self, items: list[Stamped[Input]], start: int) -> int:
+        """Where the run of GPU sample batches read by column that starts at ``start`` ends
+        (excluded): at most :data:`RUN_MOST` of them within :data:`RUN_SPAN_MS` of event time;
+        ``start + 1`` when no run starts there."""
+        if type(items[start].record) is not SampleColumns:
+            return start + 1
+        end, limit = start + 1, min(len(items), start + RUN_MOST)
+        until = items[start].event_ms + RUN_SPAN_MS
+        while end < limit and type(items[end].record) is SampleColumns and items[end].event_ms <= until:
+            end += 1
+        return end
+
+    def _process_run(self, run: list[Stamped[Input]], cluster: str, stop: threading.Event | None) -> bool:
+        """Process a run of one cluster's GPU sample batches (:meth:`_run_end`): each operator
+        that can takes the whole run at once (:class:`~gpulens.pipeline.operators.TakesSampleRuns`),
+        the others get the batches one by one, windows first, as :meth:`_process` gives them.
+        The cycle is not committed within a run: the windows its span closes are few. False
+        when ``stop`` came while windows closed."""
+        batches = [cast(SampleColumns, item.record) for item in run]
+        self._clocks.released(cluster, run[-1].event_ms)
+        late: dict[int, LateEvent] = {}
+        for operator in self._routes[GPU_SAMPLES.name]:
+            rows = operator.process_samples(batches) if isinstance(operator, TakesSampleRuns) else None
+            if rows is not None:
+                self._publish(operator, rows)
+                continue
+            for index, batch in enumerate(batches):
+                for window in operator.advance(batch):
+                    self._publish(operator, window)
+                    if stop is not None and stop.is_set():
+                        return False
+                try:
+                    rows = operator.process(batch)
+                except LateEvent as err:
+                    late.setdefault(index, err)
+                    rows = ()
+                self._publish(operator, rows)
+        self.processed += len(run)
+        self._pending += len(run)
+        self._records_in[GPU_SAMPLES.name].inc(len(run))
+        for index, error in sorted(late.items()):
+            LATE.inc()
+            self._dlq.send_read(run[index], "late-event", str(error))
+        for item in run:
+            self._positions.processed(cluster, item.topic, item.partition, item.offset)
         return True
 
     def _dead_letter(self, item: Stamped[Input], record: DecodeError | _OutOfBounds) -> None:

@@ -14,8 +14,9 @@ samples) and ``["holders", c, ...]`` (which pod holds which GPU, see :mod:`gpule
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from gpulens.pipeline.aggregating import BaseWindowedAggregator, held_fields
@@ -34,7 +35,7 @@ from gpulens.schemas.model.models import (
     Watermark,
     WorkloadGpuUsage,
 )
-from gpulens.schemas.wire.sample_columns import SampleColumns, readings
+from gpulens.schemas.wire.sample_columns import SampleColumns, columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
         elif isinstance(event, GpuSampleBatch | SampleColumns):
-            self._samples(cluster, event)
+            self._samples(cluster, *columns(event))
         elif isinstance(event, ContainerEvent):
             cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
@@ -124,20 +125,42 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
             usage.pods += 1
             cluster.touched.add(workload.uid)
 
-    def _samples(self, cluster: _Cluster, batch: GpuSampleBatch | SampleColumns) -> None:
-        last: _Workload | None = None
-        measured = [(gpu, utilization) for gpu, utilization in readings(batch) if utilization is not None]
-        holders = cluster.holders.holders([gpu for gpu, _ in measured])
+    def process_samples(self, run: Sequence[SampleColumns]) -> list[WorkloadGpuUsage] | None:
+        """A run of one cluster's sample batches, in event-time order, applied as one by one
+        would (None, nothing applied, where it cannot: :meth:`_run_cluster`). Samples close no
+        window here and settle nothing: time moves once, to the last batch's instant."""
+        cluster = self._run_cluster(run)
+        if cluster is None:
+            return None
+        self._move(cluster, run[-1].event_ms)
+        self._samples(
+            cluster,
+            list(chain.from_iterable(batch.device_ids for batch in run)),
+            list(chain.from_iterable(batch.utilizations for batch in run)),
+        )
+        return []
+
+    def _samples(self, cluster: _Cluster, names: list[str], utilizations: list[float | None]) -> None:
+        """Count each GPU's utilization toward the workload of the pod holding it, in order."""
         workload_of = cluster.workload_of
-        for (_, utilization), holder in zip(measured, holders, strict=True):
-            workload = workload_of.get(holder.uid or "") if holder else None
+        last: _Workload | None = None
+        usages: dict[str, _Usage] = {}
+        """Each workload's usage, looked up once per call (a run's batches repeat their workloads)."""
+        for utilization, holder in zip(utilizations, cluster.holders.holders(names), strict=True):
+            if utilization is None or holder is None:
+                continue
+            workload = workload_of.get(holder.uid or "")
             if workload is None:
                 continue
-            if workload is not last:  # a node's GPUs mostly serve one pod: its usage, looked up once
-                usage, last = self._usage(cluster, workload), workload
+            if workload is not last:  # a node's GPUs mostly serve one pod: checked first
+                found = usages.get(workload.uid)
+                if found is None:
+                    found = usages[workload.uid] = self._usage(cluster, workload)
+                usage, last = found, workload
             usage.util_sum += utilization
             usage.util_count += 1
-            usage.util_max = max(usage.util_max or 0.0, utilization)
+            if usage.util_max is None or utilization > usage.util_max:
+                usage.util_max = utilization
 
     def _settle(self, cluster: _Cluster) -> None:
         for uid in cluster.touched:
