@@ -21,6 +21,7 @@ librdkafka threads included; the broker is another process). Prints, never asser
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import tempfile
 import threading
@@ -149,6 +150,7 @@ def measure(settings: Settings, codec: AvroCodec, cases: Cases) -> list[Measured
     rows = []
     for index, (name, make) in enumerate(cases.items()):
         print(f"... {name}", flush=True)
+        gc.collect()  # the publisher's and the previous case's leftovers are not this case's work
         operators = make()
         floor = baseline(settings, codec, operators)
         rows.append(floor)
