@@ -69,6 +69,8 @@ from gpulens.schemas.model.models import (
 from gpulens.schemas.wire.sample_columns import SampleColumns, columns
 
 SOURCE = "gpulens-worker"
+_NEVER = 2**62
+"""A time no event reaches (epoch ms)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,9 @@ class _Cluster:
     """node -> GPU ids in its last inventory."""
     runs: dict[str, _Run] = field(default_factory=dict)
     pending: dict[str, _Pending] = field(default_factory=dict)
+    first_waiting: int | None = None
+    """Earliest creation time of the pending pods not alerted yet (None: to be found again, after
+    ``pending`` changed): most events find no pod due without looking at each."""
     holding: dict[str, tuple[str, float]] = field(default_factory=dict)
     """pod uid -> (node, GPUs) of pods holding GPUs."""
     nodes: dict[str, _NodeState] = field(default_factory=lambda: defaultdict(_NodeState))
@@ -514,12 +519,14 @@ class AlertDetector(BaseAggregator[_Cluster]):
         if waiting:
             if pending is None:
                 cluster.pending[event.uid] = _Pending(to_ms(event.creation_time), event)
+                cluster.first_waiting = None
             else:
                 pending.event = event  # keep the scheduler's latest reason
             return alerts
         if pending is None:
             return alerts
         del cluster.pending[event.uid]
+        cluster.first_waiting = None
         if not pending.alerted:
             return alerts
         outcome = "deleted" if event.type == ChangeType.DELETED else f"bound to {event.node}"
@@ -528,6 +535,13 @@ class AlertDetector(BaseAggregator[_Cluster]):
 
     def _expire_pending(self, cluster: _Cluster, at: int) -> list[Alert]:
         due_ms = self.rules.pending_for_s * 1000
+        first = cluster.first_waiting
+        if first is None:
+            waiting = [p.created for p in cluster.pending.values() if not p.alerted]
+            first = cluster.first_waiting = min(waiting, default=_NEVER)
+        if at - first < due_ms:
+            return []
+        cluster.first_waiting = None  # some fall due now
         alerts = []
         due = [p for p in cluster.pending.values() if not p.alerted and at - p.created >= due_ms]
         for pending in sorted(due, key=lambda p: (p.created, p.event.uid)):  # asked per event: few due
@@ -675,6 +689,7 @@ class AlertDetector(BaseAggregator[_Cluster]):
         elif kind == "pending":
             created, alerted, event = value
             cluster.pending[entity] = _Pending(created, PodEvent.model_validate(event), alerted)
+            cluster.first_waiting = None
         elif kind == "holding":
             cluster.holding[entity] = (value[0], value[1])
         elif kind == "health":
