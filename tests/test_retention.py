@@ -243,6 +243,23 @@ def test_past_the_cap_a_partition_keeps_its_newest_records_whoever_has_not_consu
     assert low_watermarks(platform, state.name) == {0: 0, 1: 0}
 
 
+def test_past_the_cap_records_younger_than_the_spare_time_stay(
+    platform: GPULensSettings, topics: tuple[TopicSpec, TopicSpec], behind: str
+) -> None:
+    """The cap would keep the newest 8 of 20 (offsets 12-19), but offsets 10-19 are stamped now:
+    a burst gets ``spare_ms`` to be consumed. The group behind still loses what is older (5-9)."""
+    events, state = topics
+    policy = RetentionPolicy(topics=(events, state), keep_ms=HOUR_MS, max_records=8, spare_ms=HOUR_MS)
+
+    cuts = Retainer(platform.kafka, policy).run_once()
+
+    assert low_watermarks(platform, events.name) == {0: 10, 1: 10}
+    assert {(c.partition, c.offset, c.dropped, c.behind) for c in cuts} == {
+        (0, 10, 0, ()),
+        (1, 10, 5, (behind,)),
+    }
+
+
 def test_gpulens_retention_waits_for_every_pipeline_group(
     own_platform: tuple[GPULensSettings, Path], unique: str
 ) -> None:
@@ -277,7 +294,7 @@ def test_gpulens_retention_cuts_past_the_cap_and_names_the_groups_that_lose_reco
     settings, config = own_platform
     publish_samples(settings, 10)
 
-    deleted = retention_once(config, max_records_per_partition="4")
+    deleted = retention_once(config, max_records_per_partition="4", cap_spares_s="0")
 
     assert low_watermarks(settings, GPU_SAMPLES.name, GPU_SAMPLES.partitions) == dict.fromkeys(
         range(GPU_SAMPLES.partitions), 6

@@ -27,6 +27,7 @@ def retention_policy(settings: GPULensSettings) -> RetentionPolicy:
         required=pipeline_groups(settings),
         ignored=settings.retention.ignored_groups,
         max_records=settings.retention.max_records_per_partition,
+        spare_ms=round(settings.retention.cap_spares_s * 1000),
     )
 
 

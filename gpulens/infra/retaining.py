@@ -18,8 +18,10 @@ partition of every catalog topic with ``cleanup.policy=delete`` at the lower of
   ``retention.ms``, capped at ``keep_ms``: the embedded broker cannot hold days of samples),
 
 unless the partition would keep more than ``max_records``: then it keeps its newest
-``max_records``, consumed or not. A consumer that cannot keep up (the worker at 100,000 GPUs
-on 2 cores read 2,690 of 6,372 records/s) otherwise held everything back, and the broker grew
+``max_records``, consumed or not, and every record younger than ``spare_ms`` (a burst, such as
+the 200,000 device changes of a 100,000-GPU cluster's start, gets that long to be consumed). A
+consumer that cannot keep up (the worker at 100,000 GPUs on 2 cores read 2,690 of 6,372
+records/s) otherwise held everything back, and the broker grew
 to 19.9 GB in 10 minutes, near the machine's end; the groups behind lose their oldest records
 instead (logged as a warning naming them, counted by ``gpulens_retention_dropped_records``) and
 resume at the new low watermark, as a Kafka consumer past ``retention.bytes`` does. The cap
@@ -83,6 +85,9 @@ class RetentionPolicy:
     """Group name prefixes whose commits hold nothing back."""
     max_records: int = 0
     """Most records a partition keeps, consumed or not (0: no cap)."""
+    spare_ms: int = 0
+    """Records younger than this stay even past ``max_records``: a burst gets this long to be
+    consumed before the cap takes it (memory past the cap then follows the rate records come at)."""
 
     @property
     def truncated(self) -> tuple[TopicSpec, ...]:
@@ -201,6 +206,7 @@ class Retainer:
             partitions,
             lambda tp: OffsetSpec.for_timestamp(now - self._policy.retention_ms(by_name[tp.topic])),
         )
+        spared = self._spared(starts, ends, now)
         cuts: list[Cut] = []
         held: dict[str, int] = dict.fromkeys(by_name, 0)
         for where in sorted(starts):
@@ -210,7 +216,7 @@ class Retainer:
             least = min(groups.values(), default=start)
             offset = min(least, horizon, end)
             if self._policy.max_records:
-                offset = max(offset, end - self._policy.max_records)
+                offset = max(offset, min(end - self._policy.max_records, spared.get(where, end)))
             held[where[0]] += max(0, min(horizon, end) - max(offset, start))
             if offset > start:
                 behind = tuple(sorted(g for g, at in groups.items() if at < offset))
@@ -228,6 +234,20 @@ class Retainer:
         self._metrics.passes.inc()
         self._metrics.duration.set(time.monotonic() - began)
         return cuts
+
+    def _spared(
+        self, starts: Mapping[Partition, int], ends: Mapping[Partition, int], now: int
+    ) -> dict[Partition, int]:
+        """Per partition over the cap, its first record the cap spares (younger than
+        ``spare_ms``); asked of the broker only for those."""
+        cap, spare_ms = self._policy.max_records, self._policy.spare_ms
+        if not (cap and spare_ms):
+            return {}
+        over = [TopicPartition(*where) for where, end in ends.items() if end - starts[where] > cap]
+        if not over:
+            return {}
+        found = self._offsets(over, lambda _tp: OffsetSpec.for_timestamp(now - spare_ms))
+        return {where: ends[where] if offset < 0 else offset for where, offset in found.items()}
 
     def _partition_counts(self) -> dict[str, int]:
         """Every topic the broker has, with its number of partitions."""

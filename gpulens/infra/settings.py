@@ -69,6 +69,16 @@ class RetentionSettings(BaseModel):
             "48 s at 100,000."
         ),
     )
+    cap_spares_s: float = Field(
+        default=60.0,
+        ge=0,
+        description=(
+            "Records younger than this stay even past max_records_per_partition: a burst (a "
+            "100,000-GPU cluster's start writes 200,000 device changes at once, 67,000 on each of "
+            "3 partitions) gets this long to be consumed; past the cap a partition then holds at "
+            "most what arrives in this time."
+        ),
+    )
     ignored_groups: tuple[str, ...] = Field(
         default=("gpulens-smoke-",),
         description=(
