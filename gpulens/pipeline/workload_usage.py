@@ -9,7 +9,10 @@ windows and state keys follow the aggregators' skeleton (:mod:`gpulens.pipeline.
 
 State is checkpointed key by key: ``["cluster", c]`` (window, instant), ``["pod", c, uid]`` (its
 workload and the milli-GPUs it holds), ``["usage", c, workload uid]`` (the window's series and
-samples) and ``["holders", c, ...]`` (which pod holds which GPU, see :mod:`gpulens.pipeline.holders`).
+samples, and whether its amount changed at the current instant) and ``["holders", c, ...]``
+(which pod holds which GPU, see :mod:`gpulens.pipeline.holders`). Every entry is bounded: the
+workloads changed at the instant were once listed in the cluster's entry, and a 125,000-GPU
+cluster's start (every pod at one instant) made it 1.1 MB, past the broker's record size.
 """
 
 from __future__ import annotations
@@ -214,7 +217,7 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
     def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
         kind = key[0]
         if kind == "cluster":
-            return [cluster.window_start, cluster.instant, sorted(cluster.touched)]
+            return [cluster.window_start, cluster.instant]
         if kind == "holders":
             return cluster.holders.dump(key[2:])
         if kind == "pod":
@@ -228,13 +231,15 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
         return [
             _fields(cluster.workloads[key[2]]), [series.since, series.value, series.integral, series.maximum],
             usage.held, usage.pods, usage.util_sum, usage.util_count, usage.util_max,
+            key[2] in cluster.touched,
         ]  # fmt: skip
 
     def _load(self, cluster: _Cluster, key: StateKey, value: Any) -> None:
         kind = key[0]
         if kind == "cluster":
-            cluster.window_start, cluster.instant, touched = value
-            cluster.touched = set(touched)
+            cluster.window_start, cluster.instant, *listed = value
+            if listed:  # written before the touched flag moved to each usage entry
+                cluster.touched.update(listed[0])
         elif kind == "holders":
             cluster.holders.load(key[2:], value)
         elif kind == "pod":
@@ -243,9 +248,11 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
             if amount is not None:
                 cluster.pods[key[2]] = (workload, amount)
         else:
-            workload, series, *counts = value
+            workload, series, held, pods, util_sum, util_count, util_max, *touched = value
             cluster.workloads[key[2]] = _Workload(*workload)
-            cluster.usage[key[2]] = _Usage(HeldAmount(*series), *counts)
+            cluster.usage[key[2]] = _Usage(HeldAmount(*series), held, pods, util_sum, util_count, util_max)
+            if touched and touched[0]:
+                cluster.touched.add(key[2])
 
 
 def _fields(workload: _Workload) -> list[str]:
