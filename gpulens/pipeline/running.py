@@ -25,6 +25,12 @@ only the windows left. A stop (SIGTERM) is checked between records and between w
 cycle in flight is aborted, so the worker exits within about one window's work, and a restart
 redoes that cycle from the last commit.
 
+GPU sample batches read by column that come one after another in a cluster's release go to the
+operators as a run (at most :data:`RUN_MOST` within :data:`RUN_SPAN_MS`): an operator that
+takes runs applies it at once, exactly as one by one (:class:`~gpulens.pipeline.operators.TakesSampleRuns`),
+the others get its batches one by one. No commit falls inside a run; its span bounds the
+windows it closes.
+
 One worker owns every partition of its inputs: cluster-level windows need every pod of a
 cluster. Scale-out is by processor, not by partition: each set of processors runs as a worker
 of its own (its own ``--group``), and one worker group per output topic: two groups writing
