@@ -19,7 +19,7 @@ OLDER_THRESHOLD = 100
 """Young collections per middle-generation one, and middle per full one (CPython's default: 10).
 The worker's live state (records held for event time, holders, windows) reaches the older
 generations, and each of their collections walks all of it. On the fleet sample path (five
-processors, ``bench.worker_throughput``) the worker took 5.8-5.95 CPU-s with 10,000/10/10,
+processors, ``bench.worker_throughput``) the worker took 5.8-6.1 CPU-s with 10,000/10/10,
 5.1-5.3 with 50,000/100/100 and 4.85-5.0 with collection off."""
 
 

@@ -185,6 +185,12 @@ class StreamWorker:
         wanted = {spec.name for op in operators for spec in op.inputs}
         self._inputs = tuple(spec for spec in INPUT_ORDER if spec.name in wanted)
         self._routes = {spec.name: [op for op in operators if spec in op.inputs] for spec in self._inputs}
+        self._sample_route = [
+            (op, op if isinstance(op, TakesSampleRuns) else None)
+            for op in self._routes.get(GPU_SAMPLES.name, [])
+        ]
+        """The operators of the GPU samples, each with itself where it takes runs (asked once
+        here, not per run: checking a runtime protocol is slow)."""
         self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
         """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
         self._consumer = Consumer(
@@ -576,11 +582,7 @@ class StreamWorker:
                     self._commit(stop=stop)  # between two windows, this record still unprocessed
         late: LateEvent | None = None
         for operator in operators:
-            try:
-                rows = operator.process(record)
-            except LateEvent as err:
-                late, rows = err, []
-            self._publish(operator, rows)
+            late = self._apply(operator, record) or late
         if late is not None:
             LATE.inc()
             self._dlq.send_read(item, "late-event", str(late))
@@ -608,8 +610,8 @@ class StreamWorker:
         batches = [cast(SampleColumns, item.record) for item in run]
         self._clocks.released(cluster, run[-1].event_ms)
         late: dict[int, LateEvent] = {}
-        for operator in self._routes[GPU_SAMPLES.name]:
-            rows = operator.process_samples(batches) if isinstance(operator, TakesSampleRuns) else None
+        for operator, takes_runs in self._sample_route:
+            rows = takes_runs.process_samples(batches) if takes_runs is not None else None
             if rows is not None:
                 self._publish(operator, rows)
                 continue
@@ -618,12 +620,9 @@ class StreamWorker:
                     self._publish(operator, window)
                     if stop is not None and stop.is_set():
                         return False
-                try:
-                    rows = operator.process(batch)
-                except LateEvent as err:
-                    late.setdefault(index, err)
-                    rows = ()
-                self._publish(operator, rows)
+                error = self._apply(operator, batch)
+                if error is not None:
+                    late.setdefault(index, error)
         self.processed += len(run)
         self._pending += len(run)
         self._records_in[GPU_SAMPLES.name].inc(len(run))
@@ -633,6 +632,16 @@ class StreamWorker:
         for item in run:
             self._positions.processed(cluster, item.topic, item.partition, item.offset)
         return True
+
+    def _apply(self, operator: Operator, record: Given) -> LateEvent | None:
+        """Publish the rows ``record`` itself causes in ``operator`` (its windows closed first);
+        the LateEvent the operator raised instead, if it did."""
+        try:
+            rows = operator.process(record)
+        except LateEvent as err:
+            return err
+        self._publish(operator, rows)
+        return None
 
     def _dead_letter(self, item: Stamped[Input], record: DecodeError | _OutOfBounds) -> None:
         if isinstance(record, DecodeError):

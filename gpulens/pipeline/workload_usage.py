@@ -147,8 +147,7 @@ class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
         """Count each GPU's utilization toward the workload of the pod holding it, in order."""
         workload_of = cluster.workload_of
         last: _Workload | None = None
-        usages: dict[str, _Usage] = {}
-        """Each workload's usage, looked up once per call (a run's batches repeat their workloads)."""
+        usages: dict[str, _Usage] = {}  # looked up once per call: a run's batches repeat workloads
         for utilization, holder in zip(utilizations, cluster.holders.holders(names), strict=True):
             if utilization is None or holder is None:
                 continue
