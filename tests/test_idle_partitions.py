@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client import REGISTRY
 
 from gpulens.config import GPULensSettings
 from gpulens.schemas.kafka.consuming import IdlePartitions
@@ -177,3 +180,48 @@ def test_records_flowing_come_in_full_batches_while_a_resumed_partition_is_await
         idle.tick()
     assert taken == 500
     assert full_batches >= 3, "records taken 100 at a time once they flow"
+
+
+@pytest.fixture
+def stalled_broker() -> Iterator[str]:
+    """The address of a broker that stopped answering (as one under SIGSTOP): the kernel
+    accepts connections into the backlog, nothing ever reads or answers them."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+def wake_failures() -> float:
+    """Broker calls that woke a fetcher and failed, as this process's metrics count them."""
+    labels = {"operation": "wake fetcher"}
+    return REGISTRY.get_sample_value("gpulens_kafka_transient_errors_total", labels) or 0.0
+
+
+def test_resumed_partitions_whose_broker_stopped_answering_are_noticed_within_the_answer_time(
+    stalled_broker: str, unique: str
+) -> None:
+    """A broker that stalls while the resumed partitions' fetch is in flight sends neither
+    records nor end events: the consumer asks it again once their answer is overdue, and
+    counts the failure then, not at librdkafka's 60 s socket timeout."""
+    consumer = Consumer({"bootstrap.servers": stalled_broker, "group.id": f"stalled-{unique}"})
+    try:
+        partitions = [TopicPartition("stalled", p, 0) for p in range(PARTITIONS)]
+        consumer.assign(partitions)
+        clock = ManualClock()
+        idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
+        for tp in partitions:
+            idle.at_end(tp.topic, tp.partition)
+        idle.tick()
+        clock.now += 1.0
+        idle.tick()  # resumed: their fetch goes to the stalled broker
+        failures = wake_failures()
+        clock.now += IdlePartitions.ANSWER_S - 0.01
+        idle.tick()
+        assert wake_failures() == failures, "still within the answer time"
+        clock.now += 0.01
+        idle.tick()
+        assert wake_failures() == failures + 1
+        assert idle.batch(100) == 100, "no silent partition limits the batch any longer"
+    finally:
+        consumer.close()

@@ -233,6 +233,7 @@ class IdlePartitions:
         their delay is over (the next delay is twice as long, unless a record comes)."""
         now = self._clock()
         self._full, self._records = 0 < self._asked <= self._records, 0
+        self._probe_silent(now)
         ended, self._ended = self._ended - self._paused, set()
         if ended:
             if not self._paused:
@@ -246,6 +247,20 @@ class IdlePartitions:
         self._call(self._consumer.resume, due)
         self._wake(due[0])
         self._delay_s = min(self._delay_s * 2, self._max_backoff_s)
+
+    def _probe_silent(self, now: float) -> None:
+        """Ask the broker again about resumed partitions that did not answer in time.
+
+        Either someone else paused them (the worker's alignment: the probe costs one round trip)
+        or their fetch is stuck in a broker that stopped answering: the probe's timeout then
+        counts it now, where librdkafka would only give up on the fetch after its 60 s
+        ``socket.timeout.ms`` (an idle consumer would not notice a stalled broker until then).
+        """
+        silent = sorted(p for p, by in self._answering.items() if by <= now)
+        if silent:
+            for partition in silent:
+                del self._answering[partition]
+            self._wake(silent[0])
 
     def _wake(self, partition: tuple[str, int]) -> None:
         """Have librdkafka fetch the resumed partitions now, not at its next idle tick.
@@ -263,10 +278,9 @@ class IdlePartitions:
 
     def batch(self, wanted: int) -> int:
         """How many messages the next ``consume`` should ask for (``wanted`` at most)."""
-        if self._answering:
-            now = self._clock()
-            self._answering = {p: by for p, by in self._answering.items() if by > now}
-        self._asked = min(wanted, len(self._answering)) if self._answering and not self._full else wanted
+        now = self._clock()
+        awaited = sum(1 for by in self._answering.values() if by > now)  # the rest: :meth:`tick`
+        self._asked = min(wanted, awaited) if awaited and not self._full else wanted
         return self._asked
 
     @property
