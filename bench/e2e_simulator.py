@@ -40,6 +40,7 @@ from gpulens.producers.simulate.simulating import Item
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.model.topics import GPU_SAMPLES, TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.tuning import tune_for_throughput
 
 
 class CountingPublisher(EventPublisher):
@@ -130,6 +131,7 @@ def main() -> None:
     args = parser.parse_args()
 
     settings = load_settings(args.config)
+    tune_for_throughput()  # as `gpulens simulate` does
     codec = AvroCodec(registry_client(settings.registry.url))
     publisher = CountingPublisher(settings.kafka, codec)
     writer = None if args.records else SampleBatchWriter(codec.schema_id(GPU_SAMPLES))

@@ -1,4 +1,4 @@
-"""Interpreter settings of the long-running consumers (worker, sink, exporter).
+"""Interpreter settings of the long-running processes (worker, sink, exporter, load generator).
 
 They build and drop thousands of small objects a second (records, rows, window state).
 CPython runs a young-generation collection every 700 net allocations, and each one walks
@@ -20,7 +20,10 @@ OLDER_THRESHOLD = 100
 The worker's live state (records held for event time, holders, windows) reaches the older
 generations, and each of their collections walks all of it. On the fleet sample path (five
 processors, ``bench.worker_throughput``) the worker took 5.8-6.1 CPU-s with 10,000/10/10,
-5.1-5.3 with 50,000/100/100 and 4.85-5.0 with collection off."""
+5.1-5.3 with 50,000/100/100 and 4.85-5.0 with collection off. The load generator keeps the
+records of the last two minutes to resend (``EventPublisher``): with CPython's defaults at
+100,000 GPUs, a third of its main thread's time went to collections (py-spy), and these
+thresholds took it from 22-23.5 % of a core to 14.3-15.1 % (``bench.simulate_cost``)."""
 
 
 def tune_for_throughput() -> None:

@@ -109,7 +109,7 @@ def run_service(
     In this order: create ``topics`` that do not exist yet (none: the broker is not asked);
     serve ``metrics``; have ``signals`` set the stop event (``announce`` hears each one);
     print ``banner`` on stderr; with ``tuned``, tune the garbage collector for throughput
-    (the long-running consumers, :mod:`gpulens.tuning`); run ``work``.
+    (the long-running processes, :mod:`gpulens.tuning`); run ``work``.
     """
     if topics:
         from gpulens.schemas.kafka.topic_admin import create_topics

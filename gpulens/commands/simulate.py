@@ -201,6 +201,7 @@ def simulate(
         work,
         topics=CATALOG,
         announce=lambda signum: log.info("%s: stopping after the current record", signum.name),
+        tuned=True,
     )
     click.echo(
         f"published {final.records:,} records in {final.elapsed_s:.1f} s ({final.rate:,.0f}/s), "
