@@ -20,8 +20,9 @@ skeleton (:mod:`gpulens.pipeline.aggregating`).
 State keys besides ``["cluster", c]`` (window, instant): ``["slot", c, node, device]`` (total,
 claiming pods, sample kind, until when, integrated up to, listed by the inventory),
 ``["pod", c, uid]``, ``["container", c, node, namespace, pod, container]`` (pod uid, GPUs),
-``["alias", c, name]`` (device_id) and ``["acc", c, node, device, owner uid]`` (the window's
-hours so far).
+``["names", c, node]`` (its GPUs' names: :mod:`gpulens.pipeline.device_names`; older
+checkpoints' ``["alias", c, name]`` are read and replaced) and ``["acc", c, node, device, owner
+uid]`` (the window's hours so far).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from gpulens.pipeline.aggregating import BaseWindowedAggregator
 from gpulens.pipeline.checkpointing import StateKey
+from gpulens.pipeline.device_names import DeviceNames
 from gpulens.pipeline.state_tables import workload_chain
 from gpulens.pipeline.windows import TumblingWindows, from_ms
 from gpulens.schemas.model.ids import event_id
@@ -128,7 +130,7 @@ class _Cluster:
     containers: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = field(default_factory=dict)
     """(node, namespace, pod, container) -> (pod uid, its GPUs)."""
     containers_of: dict[str, set[tuple[str, str, str, str]]] = field(default_factory=dict)
-    aliases: dict[str, str] = field(default_factory=dict)
+    names: DeviceNames = field(default_factory=DeviceNames)
     claims: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     """pod uid -> what it claims (:meth:`IdleOwners._claims`), for the pods that claim any."""
     listed: dict[str, set[str]] = field(default_factory=dict)
@@ -231,11 +233,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
                 del cluster.containers_of[held_by]
 
         def add(uid: str) -> None:
-            gpus = (
-                cluster.aliases.get(d.device_id, d.device_id)
-                for d in event.devices
-                if d.kind == DeviceKind.GPU
-            )
+            gpus = (cluster.names.device_id(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU)
             cluster.containers[key] = (uid, frozenset(gpus))
             cluster.containers_of.setdefault(uid, set()).add(key)
 
@@ -248,11 +246,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
     def _inventory(self, cluster: _Cluster, inventory: DeviceInventory) -> None:
         node = inventory.node
         totals = _totals(inventory.gpus)
-        for gpu in inventory.gpus:
-            for alias in gpu.aliases:
-                if cluster.aliases.get(alias) != gpu.device_id:
-                    cluster.aliases[alias] = gpu.device_id
-                    self._changed.add(("alias", cluster.name, alias))
+        cluster.names.learn(inventory)
         for gone in cluster.listed.pop(node, set()) - totals.keys():
             slot = self._slot(cluster, (node, gone))
             slot.listed = False
@@ -310,9 +304,9 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         samples of a steady fleet are such (the worker's busiest path)."""
         now = cluster.instant
         until = now + self.rules.sample_valid_ms
-        kind_of, slots, aliases = self.rules.kind, cluster.slots, cluster.aliases
+        kind_of, slots, device_id = self.rules.kind, cluster.slots, cluster.names.device_id
         for device, utilization, memory in self._readings(batch):
-            key = (batch.node, aliases.get(device, device))
+            key = (batch.node, device_id(device))
             slot = slots.get(key)
             if slot is None:
                 continue  # a GPU no inventory listed and nobody claims: nothing to split
@@ -370,11 +364,14 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
 
     # --- checkpoint ------------------------------------------------------------------------------
 
+    def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
+        return (("names", cluster.name, node) for node in cluster.names.take_changed())
+
     def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
         yield from (("slot", cluster.name, *key) for key in cluster.slots)
         yield from (("pod", cluster.name, uid) for uid in cluster.pods)
         yield from (("container", cluster.name, *key) for key in cluster.containers)
-        yield from (("alias", cluster.name, alias) for alias in cluster.aliases)
+        yield from (("names", cluster.name, node) for node in cluster.names.nodes())
         yield from (("acc", cluster.name, *key) for key in cluster.acc)
 
     def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
@@ -392,8 +389,10 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         if kind == "container":
             held = cluster.containers.get(rest)
             return None if held is None else [held[0], sorted(held[1])]
+        if kind == "names":
+            return cluster.names.dump(rest[0])
         if kind == "alias":
-            return cluster.aliases.get(rest[0])
+            return None  # an older checkpoint's per-name entry: its name lives under "names" now
         found = cluster.acc.get(rest)
         return None if found is None else [_owner_fields(found[0]), found[1]]
 
@@ -414,8 +413,11 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             uid, gpus = value
             cluster.containers[rest] = (uid, frozenset(gpus))
             cluster.containers_of.setdefault(uid, set()).add(rest)
+        elif kind == "names":
+            cluster.names.load(rest[0], value)
         elif kind == "alias":
-            cluster.aliases[rest[0]] = value
+            cluster.names.load_name(rest[0], value)
+            self._changed.add(key)  # deleted by the next checkpoint
         else:
             owner, hours = value
             cluster.acc[rest] = (_owner(owner), list(hours))

@@ -1,0 +1,100 @@
+"""The names a cluster's GPUs go by, learned from each node's inventory.
+
+Device plugins name GPUs by UUID, BDF or serial; samples carry the inventory's device_id. Every
+name an inventory lists for a GPU maps to its device_id from then on (a name listed again for
+another GPU moves to it), so both sides meet.
+
+Checkpointed per node, not per name: a cluster's start lists every GPU's names at once, and an
+entry per name was 200,000 state entries at 100,000 GPUs in each operator that resolves names
+(``python -m bench.worker_throughput``'s fleet, traced in the README). A node's entry holds the
+names that map to its GPUs now, so no two entries list one name and a restore in any order
+gives the same map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from gpulens.schemas.model.models import DeviceInventory
+
+UNPLACED = ""
+"""The node of names restored from per-name entries (written before names were kept per node):
+their node is unknown, so they are kept, and written again, under this one."""
+
+
+@dataclass
+class DeviceNames:
+    """Name -> device_id for one cluster, kept and checkpointed per node."""
+
+    _ids: dict[str, str] = field(default_factory=dict)
+    _named: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    """node -> device_id -> every name its inventories listed for it."""
+    _node_of: dict[str, str] = field(default_factory=dict)
+    """device_id -> the node whose inventory listed it last."""
+    _changed: set[str] = field(default_factory=set)
+    """Nodes whose entry changed since :meth:`take_changed`."""
+
+    def device_id(self, name: str) -> str:
+        """The device_id of a GPU known by ``name`` (UUID, BDF, serial or device_id itself)."""
+        return self._ids.get(name, name)
+
+    def device_ids(self, names: Sequence[str]) -> list[str]:
+        """:meth:`device_id` of each of ``names``, in order (one call per sample batch)."""
+        return list(map(self._ids.get, names, names))  # get(name, name): no bytecode per GPU
+
+    def learn(self, inventory: DeviceInventory) -> None:
+        """Take in the names of a node's GPUs."""
+        node, named = inventory.node, self._named.setdefault(inventory.node, {})
+        for device in inventory.gpus:
+            device_id = device.device_id
+            self._node_of[device_id] = node
+            known = named.get(device_id, ())
+            for name in device.aliases:
+                previous = self._ids.get(name)
+                if previous == device_id:
+                    continue
+                self._ids[name] = device_id
+                self._changed.add(node)
+                if previous is not None:  # the name moves: its former node's entry loses it
+                    self._changed.add(self._node_of.get(previous, UNPLACED))
+                if name not in known:
+                    known += (name,)
+            named[device_id] = known
+
+    def take_changed(self) -> set[str]:
+        """The nodes whose entry changed since the last call."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def nodes(self) -> Iterator[str]:
+        """Every node with an entry."""
+        return iter(self._named)
+
+    def dump(self, node: str) -> dict[str, list[str]] | None:
+        """The JSON-able entry of ``node``: device_id -> the names mapping to it now (but the
+        device_id itself, which resolves to itself unlisted: often its UUID)."""
+        named = self._named.get(node)
+        if named is None:
+            return None
+        ids, entry = self._ids, {}
+        for device, names in named.items():
+            if mapped := [name for name in names if name != device and ids.get(name) == device]:
+                entry[device] = mapped
+        return entry
+
+    def load(self, node: str, entry: dict[str, Iterable[str]]) -> None:
+        """Take a dumped entry back."""
+        named = self._named.setdefault(node, {})
+        for device, names in entry.items():
+            named[device] = (*named.get(device, ()), *names)
+            if node != UNPLACED:
+                self._node_of[device] = node
+            for name in names:
+                self._ids[name] = device
+
+    def load_name(self, name: str, device_id: str) -> None:
+        """Take back a per-name entry of an older checkpoint: kept under :data:`UNPLACED`,
+        which the next checkpoint writes."""
+        self.load(UNPLACED, {device_id: [name]})
+        self._changed.add(UNPLACED)

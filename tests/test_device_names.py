@@ -1,0 +1,103 @@
+"""GPU names resolve to device ids, and are checkpointed per node: a restore in any order gives
+the same map, and an older checkpoint's per-name entries are read and replaced."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import pytest
+from test_checkpointed_state import OPERATORS
+
+from gpulens.pipeline.device_names import UNPLACED, DeviceNames
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
+from gpulens.schemas.model.models import DeviceInventory, GpuDevice
+
+AT = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def gpu(device_id: str, uuid: str | None = None, bdf: str | None = None) -> GpuDevice:
+    return GpuDevice(device_id=device_id, index=0, vendor="AMD", model="MI300X", uuid=uuid, bdf=bdf)
+
+
+def inventory(node: str, *gpus: GpuDevice) -> DeviceInventory:
+    return DeviceInventory(
+        event_id=f"i-{node}", cluster="c", event_time=AT, source="t", node=node, gpus=list(gpus)
+    )
+
+
+def restored(names: DeviceNames, order: list[str]) -> DeviceNames:
+    """A fresh map loaded from ``names``' entries, nodes taken in ``order``."""
+    fresh = DeviceNames()
+    for node in order:
+        entry = names.dump(node)
+        if entry is not None:
+            fresh.load(node, entry)
+    return fresh
+
+
+@pytest.fixture(scope="module")
+def fleet_inventories() -> list[DeviceInventory]:
+    """Every inventory a 500-node cluster (4,000 GPUs) sends at its start."""
+    spec = SimulationSpec(nodes=500, gpus_per_node=8, interval_s=2.0, start=AT, duration_s=2, cluster="c")
+    return [event for _, event in ClusterSimulation(spec).events() if isinstance(event, DeviceInventory)]
+
+
+def test_a_name_an_inventory_lists_resolves_to_its_device_and_others_to_themselves() -> None:
+    names = DeviceNames()
+    names.learn(inventory("n1", gpu("d1", uuid="GPU-1", bdf="0000:0c:00.0")))
+    assert names.device_ids(["GPU-1", "0000:0c:00.0", "d1", "GPU-9"]) == ["d1", "d1", "d1", "GPU-9"]
+
+
+def test_a_fleets_names_are_one_entry_per_node_and_restore_in_any_order(
+    fleet_inventories: list[DeviceInventory],
+) -> None:
+    names = DeviceNames()
+    for event in fleet_inventories:
+        names.learn(event)
+    listed = {alias: d.device_id for event in fleet_inventories for d in event.gpus for alias in d.aliases}
+    assert len(listed) >= 2 * 4_000, "the simulated GPUs have a UUID and a PCI address each"
+    changed = names.take_changed()
+    assert changed == {event.node for event in fleet_inventories} and names.take_changed() == set()
+    nodes = sorted(changed)
+    for order in (nodes, nodes[::-1], random.Random(7).sample(nodes, len(nodes))):
+        back = restored(names, order)
+        assert back.device_ids(list(listed)) == list(listed.values())
+
+
+def test_a_name_that_moves_to_another_nodes_gpu_leaves_its_former_nodes_entry() -> None:
+    names = DeviceNames()
+    names.learn(inventory("a", gpu("d1", uuid="GPU-X")))
+    names.learn(inventory("b", gpu("d2", uuid="GPU-Y")))
+    names.take_changed()
+    names.learn(inventory("b", gpu("d2", uuid="GPU-X")))  # the UUID now names b's GPU
+    assert names.take_changed() == {"a", "b"}, "both entries are written again"
+    assert names.dump("a") == {}
+    for order in (["a", "b"], ["b", "a"]):
+        assert restored(names, order).device_ids(["GPU-X", "GPU-Y"]) == ["d2", "d2"]
+
+
+def test_an_older_checkpoints_per_name_entry_still_resolves() -> None:
+    names = DeviceNames()
+    names.load_name("GPU-1", "d1")
+    assert names.device_id("GPU-1") == "d1"
+    assert names.take_changed() == {UNPLACED}
+    assert restored(names, [UNPLACED]).device_id("GPU-1") == "d1"
+
+
+@pytest.mark.parametrize(
+    ("name", "older", "newer"),
+    [
+        ("workloads", ("holders", "c", "alias", "GPU-1"), ("holders", "c", "names", UNPLACED)),
+        ("alerts", ("holders", "c", "alias", "GPU-1"), ("holders", "c", "names", UNPLACED)),
+        ("idle", ("alias", "c", "GPU-1"), ("names", "c", UNPLACED)),
+    ],
+)
+def test_an_operators_next_checkpoint_replaces_an_older_per_name_entry(
+    name: str, older: tuple[str, ...], newer: tuple[str, ...]
+) -> None:
+    state = OPERATORS[name]().state
+    state.load(older, "d1")
+    written = {key: state.dump(key) for key in state.changed()}
+    assert written[older] is None, "the per-name entry is deleted"
+    assert written[newer] == {"d1": ["GPU-1"]}
