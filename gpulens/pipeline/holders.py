@@ -3,10 +3,19 @@
 Device plugins name GPUs by UUID, BDF or serial; samples carry the inventory's device_id. The
 names are resolved by :class:`~gpulens.pipeline.device_names.DeviceNames`, so both sides meet.
 
-Checkpointed by its owner under keys ``(kind, *name)``: ``("names", node)`` -> its GPUs' names,
-``("container", node, namespace, pod, container)`` -> its GPUs, ``("gpu", id)`` -> holding pod.
-Checkpoints written before names were kept per node hold ``("alias", name)`` -> device_id: read,
-and replaced by the next checkpoint.
+A container's event makes its pod the holder of each of its GPUs, until the container changes
+or goes: then its GPUs have no holder, even one another container claimed meanwhile (two
+containers claim one GPU under time-slicing or a shared device plugin; the latest event wins).
+
+Checkpointed by its owner under keys ``(kind, *name)``, one entry per node and per container,
+not per GPU (a cluster's start holds every GPU at once: 80,000 holder entries at 100,000 GPUs
+in each operator that keeps holders): ``("names", node)`` -> its GPUs' names, ``("container",
+node, namespace, pod, container)`` -> ``{"uid": pod uid, "gpus": [...], "held": [...]}``, where
+``held`` (left out when it is every GPU) lists those this container's event made its pod hold.
+A container whose GPU another one takes is written again without it, so no two entries hold one
+GPU and a restore in any order gives the same holders. Checkpoints written before hold
+``("alias", name)`` -> device_id, ``("container", ...)`` -> its GPUs and ``("gpu", id)`` ->
+holding pod: read, and replaced by the next checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +26,9 @@ from typing import Any
 
 from gpulens.pipeline.device_names import DeviceNames
 from gpulens.schemas.model.models import ChangeType, ContainerEvent, DeviceInventory, DeviceKind
+
+ContainerKey = tuple[str, str, str, str]
+"""(node, namespace, pod, container)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +45,12 @@ class GpuHolders:
     """GPU id -> holding pod, for one cluster."""
 
     _holders: dict[str, PodRef] = field(default_factory=dict)
-    _containers: dict[tuple[str, str, str, str], set[str]] = field(default_factory=dict)
+    _containers: dict[ContainerKey, set[str]] = field(default_factory=dict)
+    _held_by: dict[str, ContainerKey] = field(default_factory=dict)
+    """GPU -> the container whose event made its holder (the module docstring)."""
+    _unplaced: set[str] = field(default_factory=set)
+    """GPUs whose holder an older checkpoint restored without its container (placed at the
+    next :meth:`take_changed`)."""
     names: DeviceNames = field(default_factory=DeviceNames)
     changed: set[tuple[str, ...]] = field(default_factory=set)
     """Keys changed since the owner last took them (besides the names' nodes)."""
@@ -64,28 +81,57 @@ class GpuHolders:
         key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
         self.changed.add(("container", *key))
         for gpu in self._containers.pop(key, set()):
-            self._holders.pop(gpu, None)
-            self.changed.add(("gpu", gpu))
+            if self._holders.pop(gpu, None) is not None:
+                self._lose(gpu, key)
         if event.type == ChangeType.DELETED:
             return
         gpus = {self.gpu(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU}
         self._containers[key] = gpus
         holder = PodRef(event.pod_uid, event.pod_namespace, event.pod_name)
         for gpu in gpus:
+            self._lose(gpu, key)
             self._holders[gpu] = holder
-            self.changed.add(("gpu", gpu))
+            self._held_by[gpu] = key
+
+    def _lose(self, gpu: str, key: ContainerKey) -> None:
+        """``gpu``'s holder changes at ``key``'s event: the container that made it, if another,
+        is written again without it."""
+        before = self._held_by.pop(gpu, None)
+        if before is not None and before != key:
+            self.changed.add(("container", *before))
 
     def take_changed(self, cluster: str) -> Iterator[tuple[str, ...]]:
         """The owner's state keys (``("holders", cluster, ...)``) changed since the last call."""
+        if self._unplaced:
+            self._place()
         changed, self.changed = self.changed, set()
         changed.update(("names", node) for node in self.names.take_changed())
         return (("holders", cluster, *key) for key in changed)
+
+    def _place(self) -> None:
+        """Find the container of each holder an older checkpoint restored per GPU: one of the
+        holding pod's containers that lists the GPU (none: the holder is dropped, as no container
+        event could have left it)."""
+        by_pod: dict[tuple[str, str], list[ContainerKey]] = {}
+        for key in self._containers:
+            by_pod.setdefault((key[1], key[2]), []).append(key)
+        for gpu in self._unplaced:
+            holder = self._holders.get(gpu)
+            if holder is None or gpu in self._held_by:  # a container event came first
+                continue
+            keys = by_pod.get((holder.namespace, holder.name), [])
+            found = next((key for key in keys if gpu in self._containers[key]), None)
+            if found is None:
+                del self._holders[gpu]
+            else:
+                self._held_by[gpu] = found
+                self.changed.add(("container", *found))
+        self._unplaced = set()
 
     def live(self) -> Iterator[tuple[str, ...]]:
         """Every key with a value."""
         yield from (("names", node) for node in self.names.nodes())
         yield from (("container", *key) for key in self._containers)
-        yield from (("gpu", gpu) for gpu in self._holders)
 
     def dump(self, key: tuple[str, ...]) -> Any:
         """The JSON-able value of ``key``, None when it has none."""
@@ -94,10 +140,19 @@ class GpuHolders:
         if key[0] == "alias":
             return None  # an older checkpoint's per-name entry: its name lives under "names" now
         if key[0] == "container":
-            gpus = self._containers.get(key[1:])  # type: ignore[arg-type]
-            return None if gpus is None else sorted(gpus)
-        holder = self._holders.get(key[1])
-        return None if holder is None else [holder.uid, holder.namespace, holder.name]
+            return self._dump_container(key[1:])  # type: ignore[arg-type]
+        return None  # an older checkpoint's per-GPU holder: it lives in its container's entry now
+
+    def _dump_container(self, key: ContainerKey) -> dict[str, Any] | None:
+        gpus = self._containers.get(key)
+        if gpus is None:
+            return None
+        held_by = self._held_by
+        held = [gpu for gpu in sorted(gpus) if held_by.get(gpu) == key]
+        entry: dict[str, Any] = {"uid": self._holders[held[0]].uid if held else None, "gpus": sorted(gpus)}
+        if len(held) < len(gpus):
+            entry["held"] = held
+        return entry
 
     def load(self, key: tuple[str, ...], value: Any) -> None:
         """Take a dumped value back."""
@@ -107,6 +162,17 @@ class GpuHolders:
             self.names.load_name(key[1], value)
             self.changed.add(key)  # deleted by the next checkpoint
         elif key[0] == "container":
-            self._containers[key[1:]] = set(value)  # type: ignore[index]
-        else:
+            container: ContainerKey = key[1:]  # type: ignore[assignment]
+            if isinstance(value, list):  # an older checkpoint's: its GPUs alone
+                self._containers[container] = set(value)
+                self.changed.add(key)  # written again in this form
+                return
+            self._containers[container] = set(value["gpus"])
+            holder = PodRef(value["uid"], container[1], container[2])
+            for gpu in value.get("held", value["gpus"]):
+                self._holders[gpu] = holder
+                self._held_by[gpu] = container
+        else:  # an older checkpoint's per-GPU holder
             self._holders[key[1]] = PodRef(*value)
+            self._unplaced.add(key[1])
+            self.changed.add(key)  # deleted by the next checkpoint
