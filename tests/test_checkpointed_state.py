@@ -36,7 +36,7 @@ from gpulens.pipeline.windows import TumblingWindows
 from gpulens.producers.replay import alibaba_v2023, genai_duty
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
-from gpulens.schemas.model.models import ChangeType, Event, PodEvent
+from gpulens.schemas.model.models import ChangeType, Event, GpuSampleBatch, PodEvent
 
 TRACE = traces_dir() / "alibaba-gpu-v2023"
 CYCLE = 250
@@ -133,6 +133,32 @@ def test_an_operator_restored_from_its_changelog_gives_the_rows_of_one_never_sto
         pytest.skip(f"the stream has no input of {name}")
     cuts = {len(stream) * k // 7 + k for k in range(1, 7)}  # mid-cycle cuts, not on cycle bounds
     restored, _ = run(make, stream, cuts)
+    assert restored == expected
+
+
+def with_silent_gpus() -> list[Event]:
+    """The simulated cluster, where half the nodes' last GPU goes silent for the middle third of
+    the stream (hours, past the samples' validity) and comes back."""
+    events = simulated()
+    third = len(events) // 3
+    silent = {event.node for event in events if isinstance(event, GpuSampleBatch)}
+    silent = set(sorted(silent)[::2])
+    return [
+        event.model_copy(update={"samples": event.samples[:-1]})
+        if third <= index < 2 * third and isinstance(event, GpuSampleBatch) and event.node in silent
+        else event
+        for index, event in enumerate(events)
+    ]
+
+
+def test_the_idle_split_restored_gives_the_rows_of_one_never_stopped_while_gpus_fall_silent() -> None:
+    """A steady sample's validity is checkpointed per node; a GPU missing from its node's batches
+    keeps its own, and a restore must not give it the node's."""
+    make = OPERATORS["idle"]
+    events = with_silent_gpus()
+    expected, _ = run(make, events, set())
+    cuts = {len(events) * k // 11 + k for k in range(1, 11)}
+    restored, _ = run(make, events, cuts)
     assert restored == expected
 
 

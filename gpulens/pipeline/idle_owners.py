@@ -18,7 +18,9 @@ together, as DESIGN.md asks. Event time, windows and state keys follow the aggre
 skeleton (:mod:`gpulens.pipeline.aggregating`).
 
 State keys besides ``["cluster", c]`` (window, instant): ``["slot", c, node, device]`` (total,
-claiming pods, sample kind, until when, integrated up to, listed by the inventory),
+claiming pods, sample kind, until when, integrated up to, listed by the inventory, in the node's
+latest batch), ``["sampled", c, node]`` (the instant of its latest batch: the until of its GPUs in
+it, which a steady sample moves, is checkpointed once per node, not per GPU),
 ``["pod", c, uid]``, ``["container", c, node, namespace, pod, container]`` (pod uid, GPUs),
 ``["names", c, node]`` (its GPUs' names: :mod:`gpulens.pipeline.device_names`; older
 checkpoints' ``["alias", c, name]`` are read and replaced) and ``["acc", c, node, device, owner
@@ -116,6 +118,9 @@ class _Slot:
     """The kind holds up to here."""
     listed: bool = False
     """In its node's latest inventory."""
+    sampled: bool = False
+    """In its node's latest sample batch: its ``until`` is then that batch's, which the node's
+    entry is checkpointed with (:meth:`IdleOwners._samples`)."""
 
 
 @dataclass
@@ -137,6 +142,10 @@ class _Cluster:
     """node -> the GPUs its latest inventory listed."""
     acc: dict[tuple[str, str, str], tuple[_Owner, list[float]]] = field(default_factory=dict)
     """(node, device, owner uid) -> (owner, GPU-ms per kind) of the open window."""
+    sampled_at: dict[str, int] = field(default_factory=dict)
+    """node -> the instant of its latest sample batch."""
+    sampled: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """node -> the GPUs (with a slot) of its latest sample batch, in order."""
 
 
 class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
@@ -304,19 +313,41 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         samples of a steady fleet are such (the worker's busiest path)."""
         now = cluster.instant
         until = now + self.rules.sample_valid_ms
-        kind_of, slots, device_id = self.rules.kind, cluster.slots, cluster.names.device_id
+        kind_of, slots, device_id, node = self.rules.kind, cluster.slots, cluster.names.device_id, batch.node
+        devices = []
         for device, utilization, memory in self._readings(batch):
-            key = (batch.node, device_id(device))
+            key = (node, device_id(device))
             slot = slots.get(key)
             if slot is None:
                 continue  # a GPU no inventory listed and nobody claims: nothing to split
             kind = kind_of(utilization, memory)
-            if kind == slot.kind and now <= slot.until:
-                self._changed.add(("slot", cluster.name, *key))
-            else:
+            if kind != slot.kind or now > slot.until:
                 slot = self._slot(cluster, key)
                 slot.kind = kind
             slot.until = until
+            if not slot.sampled:  # new to the node's batches (or a new slot)
+                slot.sampled = True
+                self._changed.add(("slot", cluster.name, *key))
+            devices.append(key[1])
+        self._sampled(cluster, node, tuple(devices))
+
+    def _sampled(self, cluster: _Cluster, node: str, devices: tuple[str, ...]) -> None:
+        """Note the node's latest batch. A steady sample only moves its GPU's ``until``, to the
+        batch's time plus the validity: checkpointed once per node (its ``sampled_at``), not once
+        per GPU (each GPU of the fleet, every 2 s). A GPU that joins or leaves the node's batches
+        is checkpointed itself, with the flag saying whether the node's time applies to it (set
+        by :meth:`_samples`, cleared here)."""
+        cluster.sampled_at[node] = cluster.instant
+        self._changed.add(("sampled", cluster.name, node))
+        before = cluster.sampled.get(node, ())
+        if devices == before:
+            return
+        cluster.sampled[node] = devices
+        for device in set(before).difference(devices):
+            slot = cluster.slots.get((node, device))
+            if slot is not None:
+                slot.sampled = False
+                self._changed.add(("slot", cluster.name, node, device))
 
     def _readings(
         self, batch: GpuSampleBatch | SampleColumns
@@ -373,6 +404,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         yield from (("container", cluster.name, *key) for key in cluster.containers)
         yield from (("names", cluster.name, node) for node in cluster.names.nodes())
         yield from (("acc", cluster.name, *key) for key in cluster.acc)
+        yield from (("sampled", cluster.name, node) for node in cluster.sampled_at)
 
     def _dump(self, cluster: _Cluster, key: StateKey) -> Any:
         kind, rest = key[0], tuple(key[2:])
@@ -382,7 +414,8 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             slot = cluster.slots.get(rest)
             if slot is None:
                 return None
-            return [slot.total, sorted(slot.claimants), slot.kind, slot.until, slot.since, slot.listed]
+            claimants = sorted(slot.claimants)
+            return [slot.total, claimants, slot.kind, slot.until, slot.since, slot.listed, slot.sampled]
         if kind == "pod":
             pod = cluster.pods.get(rest[0])
             return None if pod is None else [_owner_fields(pod.owner), pod.name, pod.node, pod.amount]
@@ -393,6 +426,8 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             return cluster.names.dump(rest[0])
         if kind == "alias":
             return None  # an older checkpoint's per-name entry: its name lives under "names" now
+        if kind == "sampled":
+            return cluster.sampled_at.get(rest[0])
         found = cluster.acc.get(rest)
         return None if found is None else [_owner_fields(found[0]), found[1]]
 
@@ -401,10 +436,14 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         if kind == "cluster":
             cluster.window_start, cluster.instant = value
         elif kind == "slot":
-            total, claimants, sample_kind, until, since, listed = value
-            cluster.slots[rest] = _Slot(total, since, set(claimants), sample_kind, until, listed)
+            total, claimants, sample_kind, until, since, listed, *sampled = value  # older: no flag
+            slot = cluster.slots[rest] = _Slot(total, since, set(claimants), sample_kind, until, listed)
             if listed:
                 cluster.listed.setdefault(rest[0], set()).add(rest[1])
+            if sampled and sampled[0]:
+                slot.sampled = True
+                cluster.sampled[rest[0]] = (*cluster.sampled.get(rest[0], ()), rest[1])
+                self._restore_until(cluster, rest[0], (slot,))
         elif kind == "pod":
             owner, name, node, amount = value
             pod = cluster.pods[rest[0]] = _Pod(_owner(owner), name, node, amount)
@@ -413,6 +452,10 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             uid, gpus = value
             cluster.containers[rest] = (uid, frozenset(gpus))
             cluster.containers_of.setdefault(uid, set()).add(rest)
+        elif kind == "sampled":
+            cluster.sampled_at[rest[0]] = value
+            slots = (cluster.slots[(rest[0], device)] for device in cluster.sampled.get(rest[0], ()))
+            self._restore_until(cluster, rest[0], slots)
         elif kind == "names":
             cluster.names.load(rest[0], value)
         elif kind == "alias":
@@ -421,6 +464,14 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         else:
             owner, hours = value
             cluster.acc[rest] = (_owner(owner), list(hours))
+
+    def _restore_until(self, cluster: _Cluster, node: str, slots: Iterable[_Slot]) -> None:
+        """The ``until`` of GPUs in the node's latest batch, from the node's entry (whichever of
+        the two entries is restored first)."""
+        at = cluster.sampled_at.get(node)
+        if at is not None:
+            for slot in slots:
+                slot.until = max(slot.until, at + self.rules.sample_valid_ms)
 
 
 def _owner_fields(owner: _Owner) -> list[Any]:
