@@ -28,6 +28,7 @@ class DeviceNames:
     """Name -> device_id for one cluster, kept and checkpointed per node."""
 
     _ids: dict[str, str] = field(default_factory=dict)
+    """name -> device_id, for names other than the device_id itself (which resolves unlisted)."""
     _named: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     """node -> device_id -> every name its inventories listed for it."""
     _node_of: dict[str, str] = field(default_factory=dict)
@@ -51,13 +52,16 @@ class DeviceNames:
             self._node_of[device_id] = node
             known = named.get(device_id, ())
             for name in device.aliases:
-                previous = self._ids.get(name)
+                previous = self._ids.get(name, name)
                 if previous == device_id:
                     continue
-                self._ids[name] = device_id
                 self._changed.add(node)
-                if previous is not None:  # the name moves: its former node's entry loses it
+                if previous != name:  # the name moves: its former node's entry loses it
                     self._changed.add(self._node_of.get(previous, UNPLACED))
+                if name == device_id:  # back to naming its own device (often its UUID)
+                    del self._ids[name]
+                    continue
+                self._ids[name] = device_id
                 if name not in known:
                     known += (name,)
             named[device_id] = known
@@ -72,14 +76,13 @@ class DeviceNames:
         return iter(self._named)
 
     def dump(self, node: str) -> dict[str, list[str]] | None:
-        """The JSON-able entry of ``node``: device_id -> the names mapping to it now (but the
-        device_id itself, which resolves to itself unlisted: often its UUID)."""
+        """The JSON-able entry of ``node``: device_id -> the names mapping to it now."""
         named = self._named.get(node)
         if named is None:
             return None
         ids, entry = self._ids, {}
         for device, names in named.items():
-            if mapped := [name for name in names if name != device and ids.get(name) == device]:
+            if mapped := [name for name in names if ids.get(name) == device]:
                 entry[device] = mapped
         return entry
 
@@ -90,8 +93,7 @@ class DeviceNames:
             named[device] = (*named.get(device, ()), *names)
             if node != UNPLACED:
                 self._node_of[device] = node
-            for name in names:
-                self._ids[name] = device
+            self._ids.update((name, device) for name in names if name != device)
 
     def load_name(self, name: str, device_id: str) -> None:
         """Take back a per-name entry of an older checkpoint: kept under :data:`UNPLACED`,

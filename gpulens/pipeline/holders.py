@@ -147,9 +147,9 @@ class GpuHolders:
         gpus = self._containers.get(key)
         if gpus is None:
             return None
-        held_by = self._held_by
-        held = [gpu for gpu in sorted(gpus) if held_by.get(gpu) == key]
-        entry: dict[str, Any] = {"uid": self._holders[held[0]].uid if held else None, "gpus": sorted(gpus)}
+        listed, held_by = sorted(gpus), self._held_by
+        held = [gpu for gpu in listed if held_by.get(gpu) == key]
+        entry: dict[str, Any] = {"uid": self._holders[held[0]].uid if held else None, "gpus": listed}
         if len(held) < len(gpus):
             entry["held"] = held
         return entry

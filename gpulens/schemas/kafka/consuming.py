@@ -278,8 +278,10 @@ class IdlePartitions:
 
     def batch(self, wanted: int) -> int:
         """How many messages the next ``consume`` should ask for (``wanted`` at most)."""
-        now = self._clock()
-        awaited = sum(1 for by in self._answering.values() if by > now)  # the rest: :meth:`tick`
+        awaited = 0
+        if self._answering:
+            now = self._clock()
+            awaited = sum(1 for by in self._answering.values() if by > now)  # the rest: :meth:`tick`
         self._asked = min(wanted, awaited) if awaited and not self._full else wanted
         return self._asked
 
