@@ -143,3 +143,21 @@ def test_the_operators_give_the_same_rows_and_state_from_columns_as_from_models(
     assert models == by_column
     assert any(isinstance(row, Alert) for row in models[0])
     assert any(isinstance(row, IdleGpuHours) and row.memory_idle_gpu_hours > 0 for row in models[0])
+
+
+def test_a_string_length_past_any_position_is_refused_and_the_rest_of_the_fetch_read(
+    codec: AvroCodec,
+) -> None:
+    batch = example_events("columns")[GPU_SAMPLES]
+    values = [codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": f"n{i}"})) for i in range(SMALLEST)]
+
+    def varint(n: int) -> bytes:  # zigzag, as Avro writes a long
+        z, out = ((n << 1) ^ (n >> 63)) & (1 << 64) - 1, b""
+        while z >= 0x80:
+            out, z = out + bytes([z & 0x7F | 0x80]), z >> 7
+        return out + bytes([z])
+
+    # event_id's length: past the fetch, past what a position plus it holds in int64, negative
+    for length in (varint(1 << 40), varint((1 << 63) - 1), varint(-5)):
+        bad = values[0][:5] + length + values[0][6:]
+        assert check(codec, [bad, *values]) == SMALLEST

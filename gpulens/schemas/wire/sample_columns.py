@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from gpulens.schemas.model.models import EARLIEST, LATEST, GpuSample, GpuSampleBatch
 from gpulens.schemas.model.topics import TopicSpec
@@ -45,10 +46,8 @@ _HEADER = 5
 """Confluent framing: magic byte and schema id."""
 _MOST_GPUS = 64
 """Batches of more GPUs are left to the exact path: each GPU slot costs a read of every batch."""
-_PAD = 32
 _TEN = np.arange(10)
 _SHIFTS = (np.arange(10) * 7).astype(np.uint64)
-_EIGHT = np.arange(8)
 
 
 class SampleColumns(NamedTuple):
@@ -111,71 +110,76 @@ _OPTIONAL = [(name, _kind(info.annotation)) for name, info in GpuSample.model_fi
 """The sample's optional fields after device_id and index, in order: (name, Avro type)."""
 _UTILIZATION, _MEMORY = "utilization_pct", "memory_used_bytes"
 _AT_MOST = {name: 100.0 for name, info in GpuSample.model_fields.items() if "le=100" in repr(info.metadata)}
+_PAD = 16 + 11 * (len(_OPTIONAL) + 2)
+"""Zero bytes after a fetch's bodies: past the furthest a bad body's reads go between two
+strings (a sample's index and every optional field as a branch and a 10-byte varint)."""
 if [name for name, _ in _OPTIONAL][:2] != [_UTILIZATION, _MEMORY] or list(_AT_MOST) != [_UTILIZATION]:
     raise RuntimeError("GpuSample changed: the columnar reader must follow it")
 
 
 class _Lockstep:
-    """Reading position and verdict of every body of a fetch, field by field."""
+    """Reading position and verdict of every body of a fetch, field by field.
+
+    A body's position only moves forward, so one that ran past its end stays past it and the
+    final check (position == end) refuses it: no read checks the end on its own. A string's
+    length moves a position at most to just past the fetch (``limit + 1``, beyond every end);
+    the reads between two strings advance at most :data:`_PAD` bytes less a varint's, so every
+    read, however bad the body, stays inside the padded buffer.
+    """
 
     def __init__(self, blob: bytes, ends: np.ndarray, starts: np.ndarray) -> None:
+        """``blob``: the bodies, then :data:`_PAD` zero bytes (joined with them: one copy)."""
         self.blob = blob
-        self.buf = np.frombuffer(blob + bytes(_PAD), dtype=np.uint8)
-        self.limit = len(blob)
+        self.buf = np.frombuffer(blob, dtype=np.uint8)
+        self.beyond = len(blob) - _PAD + 1
         self.ends = ends
         self.pos = starts.copy()
         self.ok = np.ones(len(starts), dtype=bool)
-
-    def _at(self) -> np.ndarray:
-        """Each body's position, kept inside the buffer (a bad body's may point anywhere)."""
-        at: np.ndarray = np.minimum(self.pos, self.limit)
-        return at
+        self.tens = as_strided(self.buf, shape=(len(self.buf) - 9, 10), strides=(1, 1))
+        """The ten bytes from each position (a long varint's at most), one fancy index per read."""
+        self.doubles = np.ndarray((len(self.buf) - 7,), dtype="<f8", buffer=self.buf, strides=(1,))
+        """The little-endian double at each byte position (unaligned: numpy copies on indexing)."""
 
     def varint(self, active: np.ndarray) -> np.ndarray:
         """The zigzag long at each active body's position (rows with a bad one turn bad)."""
-        first = self.buf[self._at()].astype(np.int64)
+        first = self.buf[self.pos].astype(np.int64)
         value: np.ndarray = (first >> 1) ^ -(first & 1)
         longer = np.flatnonzero(active & (first >= 128))
-        size = np.ones(len(active), dtype=np.int64)
-        bad = np.zeros(len(active), dtype=bool)
+        self.pos += active
         if len(longer):  # most varints here are one byte: the rest byte by byte
-            grid = self.buf[self._at()[longer, None] + _TEN]
+            grid = self.tens[self.pos[longer] - 1]
             more = grid >= 128
-            size[longer] = np.argmin(more, axis=1) + 1
-            bad[longer] = more.all(axis=1) | ((size[longer] == 10) & (grid[:, 9] > 1))
-            bits = ((grid & 127).astype(np.uint64) << _SHIFTS) * (size[longer, None] > _TEN)
+            size = np.argmin(more, axis=1) + 1
+            bits = ((grid & 127).astype(np.uint64) << _SHIFTS) * (size[:, None] > _TEN)
             unsigned = np.bitwise_or.reduce(bits, axis=1)
             value[longer] = (unsigned >> np.uint64(1)).astype(np.int64) ^ -(unsigned & np.uint64(1)).astype(
                 np.int64
             )
-        self._advance(active, size, bad)
+            self.pos[longer] += size - 1
+            self.ok[longer[more.all(axis=1) | ((size == 10) & (grid[:, 9] > 1))]] = False
         return value
 
     def string(self, active: np.ndarray, *, nonempty: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each active body's string (its UTF-8 is checked where it is decoded)."""
         length = self.varint(active)
+        self.ok &= ~active | (length >= (1 if nonempty else 0))
         start = self.pos.copy()
-        end = start + np.maximum(length, 0)
-        bad = (length < (1 if nonempty else 0)) | (end > self.ends)
-        self._advance(active, end - start, bad)
+        end = start + np.clip(length, 0, self.beyond)  # a garbage length cannot overflow
+        np.minimum(end, self.beyond, out=self.pos, where=active)
         return start, end
 
     def branch(self, active: np.ndarray) -> np.ndarray:
         """Whether each active body's union holds a value (branch 1; branch 0 is null)."""
-        tag = self.buf[self._at()]
-        self._advance(active, 1, (tag != 0) & (tag != 2))
+        tag = self.buf[self.pos]
+        self.ok &= ~active | ((tag | 2) == 2)  # branch 0 or 1: zigzag 0 or 2
         holds: np.ndarray = active & (tag == 2)
+        self.pos += active
         return holds
 
     def double(self, active: np.ndarray) -> np.ndarray:
-        grid = np.ascontiguousarray(self.buf[self._at()[:, None] + _EIGHT])
-        value = grid.view("<f8").ravel()
-        self._advance(active, 8, np.zeros(len(active), dtype=bool))
+        value: np.ndarray = self.doubles[self.pos]
+        np.add(self.pos, 8, out=self.pos, where=active)
         return value
-
-    def _advance(self, active: np.ndarray, size: Any, bad: np.ndarray) -> None:
-        self.pos = np.where(active, self.pos + size, self.pos)
-        self.ok &= ~(active & (bad | (self.pos > self.ends)))
 
 
 def _strings(blob: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[list[Any], bool]:
@@ -221,7 +225,7 @@ class NativeSampleDecoder:
         bodies = [memoryview(values[i])[_HEADER:] for i in taken]
         lengths = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))
         ends = np.cumsum(lengths)
-        read = _Lockstep(b"".join(bodies), ends, ends - lengths)
+        read = _Lockstep(b"".join([*bodies, bytes(_PAD)]), ends, ends - lengths)
         every = np.ones(len(taken), dtype=bool)
         event_id = read.string(every)
         cluster = read.string(every, nonempty=True)
@@ -245,10 +249,12 @@ class NativeSampleDecoder:
             read.ok &= ~active | (read.varint(active) >= 0)
             for name, kind in _OPTIONAL:
                 present = read.branch(active)
-                value = read.double(present) if kind == "double" else read.varint(present)
-                good = value >= 0
-                if kind == "double":
-                    good &= np.isfinite(value) & (value <= _AT_MOST.get(name, np.inf))
+                if kind == "double":  # NaN and infinities fail one of the two comparisons
+                    value, upper = read.double(present), _AT_MOST.get(name)
+                    good = (value >= 0) & (value < np.inf if upper is None else value <= upper)
+                else:
+                    value = read.varint(present)
+                    good = value >= 0
                 read.ok &= ~present | good
                 if name == _UTILIZATION:
                     utilization[:, slot], measured[:, slot] = value, present
