@@ -74,6 +74,8 @@ __all__ = [
 
 def _utc_millis(value: datetime) -> datetime:
     # Avro timestamp-millis keeps milliseconds: normalising here makes round trips exact.
+    if value.tzinfo is UTC and not value.microsecond % 1000:
+        return value  # already normal, as every time the worker builds: no copies
     value = value.astimezone(UTC)
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
