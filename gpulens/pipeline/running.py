@@ -121,7 +121,7 @@ RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by th
 ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
 BY_COLUMN = Counter(
     "gpulens_worker_sample_batches_by_column_total",
-    "GPU sample batches read by column (the fast path: a fetch of 128 or more); the rest one by one.",
+    "GPU sample batches read by column (the fast path: a fetch of 64 or more); the rest one by one.",
 )
 LATE = Counter("gpulens_worker_late_events_total", "Events older than applied event time (sent to the DLQ).")
 LATE_STATE = Counter(

@@ -5,8 +5,9 @@ of 8 GPUs, the largest part of the worker's time on the sample path, building 9 
 instances of which the worker's operators read two fields per GPU. Here the bodies of a fetch
 are read in lockstep: one numpy operation reads a field of every batch at once (a varint, a
 string's length, a union's branch, a double), so the cost per call is fixed (about 130 field
-steps for batches of 8 GPUs) and the cost per batch small (about 15 µs a batch of 8 GPUs, against
-34 µs); only fetches of at least :data:`SMALLEST` batches take this path.
+steps for batches of 8 GPUs) and the cost per batch small (5-11 µs a batch of 8 GPUs in fetches
+of 5,000 to 200, against 26-35 µs); only fetches of at least :data:`SMALLEST` batches take
+this path.
 
 Measured alternative: chDB's ``Avro`` input format (one container block of the fetch's bodies)
 reads the columns in about 5 µs a batch, but its embedded server is one per process (a
@@ -35,10 +36,11 @@ from gpulens.schemas.model.models import EARLIEST, LATEST, GpuSample, GpuSampleB
 from gpulens.schemas.model.topics import TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 
-SMALLEST = 128
-"""Fewest batches worth one columnar read: its fixed cost, about 2.5 ms, is what the generated
-reader takes for about 80 batches of 8 GPUs (measured: 3.4 ms for 128 batches by column, 4.4 ms
-one by one; 7.4 and 17.2 ms for 500)."""
+SMALLEST = 64
+"""Fewest batches worth one columnar read: its fixed cost is about 1.2 ms a fetch (`python -m
+bench.sample_decode`, batches of 8 GPUs, CPU µs a batch: 42.2 by column at 32 a fetch, 22.9 at 64,
+13.4 at 128, 5.4 at 5,000; one by one through the generated reader 26-27 at any size). A batch
+read by column also joins the runs the operators take at once."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LOWEST_MS, _BEYOND_MS = round(EARLIEST.timestamp() * 1000), round(LATEST.timestamp() * 1000)
