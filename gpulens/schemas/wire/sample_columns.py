@@ -124,7 +124,7 @@ class _Lockstep:
 
     A body's position only moves forward, so one that ran past its end stays past it and the
     final check (position == end) refuses it: no read checks the end on its own. A string's
-    length moves a position at most to just past the fetch (``limit + 1``, beyond every end);
+    length moves a position at most to ``beyond``, one byte past the fetch (past every end);
     the reads between two strings advance at most :data:`_PAD` bytes less a varint's, so every
     read, however bad the body, stays inside the padded buffer.
     """
