@@ -36,6 +36,7 @@ from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.models import Alert, Event, GpuSampleBatch, IdleGpuHours
 from gpulens.schemas.model.topics import GPU_SAMPLES, PODS
 from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.compiled_writer import _long
 from gpulens.schemas.wire.sample_columns import SMALLEST, NativeSampleDecoder, SampleColumns, readings
 from gpulens.testing.examples import example_events
 
@@ -151,13 +152,10 @@ def test_a_string_length_past_any_position_is_refused_and_the_rest_of_the_fetch_
     batch = example_events("columns")[GPU_SAMPLES]
     values = [codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": f"n{i}"})) for i in range(SMALLEST)]
 
-    def varint(n: int) -> bytes:  # zigzag, as Avro writes a long
-        z, out = ((n << 1) ^ (n >> 63)) & (1 << 64) - 1, b""
-        while z >= 0x80:
-            out, z = out + bytes([z & 0x7F | 0x80]), z >> 7
-        return out + bytes([z])
-
-    # event_id's length: past the fetch, past what a position plus it holds in int64, negative
-    for length in (varint(1 << 40), varint((1 << 63) - 1), varint(-5)):
-        bad = values[0][:5] + length + values[0][6:]
+    # event_id's length (one byte after the header): past the fetch, past what a position plus
+    # it holds in int64, negative
+    for length in (1 << 40, (1 << 63) - 1, -5):
+        varint = bytearray()
+        _long(varint, length)  # zigzag, as Avro writes a long
+        bad = values[0][:5] + varint + values[0][6:]
         assert check(codec, [bad, *values]) == SMALLEST

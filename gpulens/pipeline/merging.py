@@ -117,12 +117,9 @@ class EventTimeMerge(Generic[T]):
         heap = self._heap
         if not heap:
             return out  # nothing to release: no partition need be asked whether it blocks
-        if below_ms is not None:  # the steady path: _pop inlined (a call per record)
-            counts, pop = self._counts, heapq.heappop
+        if below_ms is not None:
             while heap and heap[0][0] < below_ms:
-                head = pop(heap)[-1]
-                counts[(head.topic, head.partition)] -= 1
-                out.append(head)
+                out.append(self._pop())
             return out
         now = self._ends.clock()
         if any(self._blocks(p, now) for p in self._counts):
