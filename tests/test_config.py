@@ -115,6 +115,7 @@ WORKER_FLAG_DEFAULTS = {
     "source_timeout_s": 10.0,
     "allowed_lateness_s": 0.0,
     "hold_records": 50_000,
+    "hold_decoded": 10_000,
     "max_ahead_s": 86_400.0,
     "max_behind_s": 7 * 86_400.0,
     "hanging_transaction_s": 75.0,

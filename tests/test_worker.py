@@ -180,6 +180,28 @@ def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     assert_rows_equal_the_csv(rows, pods_slice)
 
 
+def test_a_worker_holding_records_as_bytes_gives_the_csv_rows(
+    platform, codec, config_file, unique, processes, pods_slice
+) -> None:
+    """--hold-decoded 0: every record held for event-time order waits as its wire bytes and is
+    decoded again when released; the rows are the CSV's all the same."""
+    cluster, group = f"bytes-{unique}", f"g-{unique}"
+    reader = RowReader(platform, codec, cluster)
+    port = free_port()
+    try:
+        hold = ("--hold-decoded", "0", "--metrics-port", str(port))
+        processes.append(start_worker(config_file, group, *hold))
+        processes.append(replay(config_file, cluster, pods=pods_slice))
+        rows = reader.read_until(len(expected_rows(pods_slice, 3600)), 180)
+        rows = reader.read_until(len(rows) + 1, 3)  # one more row would be a duplicate: look for it
+        metrics = wait_caught_up(port, group, 60)
+    finally:
+        reader.close()
+    assert_rows_equal_the_csv(rows, pods_slice)
+    held = metrics.get("gpulens_worker_records_held_as_bytes_total", 0)
+    assert held >= SLICE_PODS, f"only {held:.0f} records were held as bytes: the path was not taken"
+
+
 def wait_caught_up(port: int, group: str, deadline_s: float) -> dict[str, float]:
     """Wait until the worker's committed offsets reach the ends of its inputs."""
     deadline = time.monotonic() + deadline_s

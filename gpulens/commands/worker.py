@@ -61,6 +61,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--source-timeout", setting="source_timeout_s", type=click.FloatRange(min=0))
 @_option("--allowed-lateness", setting="allowed_lateness_s", type=click.FloatRange(min=0))
 @_option("--hold", setting="hold_records", type=click.IntRange(min=1))
+@_option("--hold-decoded", setting="hold_decoded", type=click.IntRange(min=0))
 @_option("--max-ahead", setting="max_ahead_s", type=click.FloatRange(min=1.0))
 @_option("--max-behind", setting="max_behind_s", type=click.FloatRange(min=0.0))
 @_option("--hanging-transaction", setting="hanging_transaction_s", type=click.FloatRange(min=10.0))
@@ -109,6 +110,7 @@ def worker(context: Context, /, **_flags: object) -> None:
         source_timeout_s=pipeline.source_timeout_s,
         allowed_lateness_ms=round(pipeline.allowed_lateness_s * 1000),
         hold_records=pipeline.hold_records,
+        hold_decoded=pipeline.hold_decoded,
         shard=pipeline.shard,
         # Only the embedded noida-db forgets open transactions (gpulens.pipeline.hanging_transactions);
         # elsewhere the broker's coordinator aborts them, and raw requests are not ours to send.

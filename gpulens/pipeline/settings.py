@@ -125,6 +125,14 @@ class PipelineSettings(BaseModel):
         "event time are paused, so that a worker catching up on a backlog reads the others "
         "(watermarks among them) first: bounds its memory.",
     )
+    hold_decoded: int = Field(
+        default=10_000,
+        ge=0,
+        description="Records held decoded at most: past this many held for event-time order, a "
+        "record is held as its wire bytes (about 600 B, against about 8.7 KB decoded for a pod, "
+        "node or inventory) and decoded again when released; 0: every one. GPU sample batches read "
+        "by column stay as they are.",
+    )
     max_ahead_s: float = Field(
         default=86_400.0,
         ge=1.0,
