@@ -6,7 +6,10 @@ disappears or changes (serial, firmware, BDF, VRAM, ...) yields one DeviceChange
 
 from __future__ import annotations
 
+import json
+import zlib
 from collections.abc import Iterator
+from typing import Any
 
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
@@ -21,6 +24,22 @@ from gpulens.schemas.model.models import (
 SOURCE = "gpulens-worker"
 
 _Devices = dict[tuple[DeviceKind, str], dict[str, str]]
+
+
+def pack(inventory: DeviceInventory) -> bytes:
+    """``inventory`` as zlib-compressed JSON, to keep: about 900 B for a node of 8 GPUs, against
+    20-30 KB as a model (12,500 nodes' inventories took 389 MB of the worker as models)."""
+    return zlib.compress(inventory.model_dump_json().encode(), 1)
+
+
+def unpack(packed: bytes) -> DeviceInventory:
+    """The inventory :func:`pack` kept."""
+    return DeviceInventory.model_validate_json(zlib.decompress(packed))
+
+
+def packed_json(packed: bytes) -> Any:
+    """The inventory :func:`pack` kept, as ``model_dump(mode="json")`` gives it."""
+    return json.loads(zlib.decompress(packed))
 
 
 def _devices(inventory: DeviceInventory | None) -> _Devices:

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from gpulens.pipeline.alerting import AlertDetector, AlertRules
 from gpulens.pipeline.allocation import AllocationAggregator
 from gpulens.pipeline.checkpointing import Stateful, StateKey
-from gpulens.pipeline.device_changes import diff
+from gpulens.pipeline.device_changes import diff, pack, packed_json, unpack
 from gpulens.pipeline.idle_owners import IdleOwners, IdleRules
 from gpulens.pipeline.latest_samples import LatestSamples
 from gpulens.pipeline.pending_waits import PendingWaits
@@ -222,7 +222,8 @@ class DeviceChangelogOperator(_Unwindowed):
     """DeviceChange records from successive inventories of each node.
 
     Its state, ``["inventory", cluster, node]``, is each node's last inventory as JSON; it is
-    written only when the devices changed, since an equal inventory diffs the same.
+    kept (packed: :func:`~gpulens.pipeline.device_changes.pack`) and written only when the
+    devices changed, since an equal inventory diffs the same.
     """
 
     name = "changelog"
@@ -230,16 +231,16 @@ class DeviceChangelogOperator(_Unwindowed):
 
     def __init__(self) -> None:
         self.state = self
-        self._last: dict[tuple[str, str], DeviceInventory] = {}
+        self._last: dict[tuple[str, str], bytes] = {}
         self._changed: set[StateKey] = set()
 
     def process(self, event: Given) -> Sequence[Record]:
         assert isinstance(event, DeviceInventory)
         key = (event.cluster, event.node)
-        before = self._last.get(key)
-        changes = list(diff(before, event))
-        self._last[key] = event
-        if changes or before is None:
+        packed = self._last.get(key)
+        changes = list(diff(None if packed is None else unpack(packed), event))
+        if changes or packed is None:
+            self._last[key] = pack(event)
             self._changed.add(("inventory", *key))
         return changes
 
@@ -254,11 +255,11 @@ class DeviceChangelogOperator(_Unwindowed):
         return (("inventory", *key) for key in self._last)
 
     def dump(self, key: StateKey) -> Any:
-        inventory = self._last.get((key[1], key[2]))
-        return None if inventory is None else inventory.model_dump(mode="json")
+        packed = self._last.get((key[1], key[2]))
+        return None if packed is None else packed_json(packed)
 
     def load(self, key: StateKey, value: Any) -> None:
-        self._last[(key[1], key[2])] = DeviceInventory.model_validate(value)
+        self._last[(key[1], key[2])] = pack(DeviceInventory.model_validate(value))
 
 
 class LatestSamplesOperator(_Unwindowed):
