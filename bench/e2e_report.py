@@ -175,7 +175,7 @@ def processes_of(
 def rss_over_time(
     series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float
 ) -> dict[str, list[int]]:
-    """RSS (MB) of the broker, the worker and the :data:`SYSTEM` processes together at each
+    """RSS (MB) of each of the :data:`SYSTEM` processes and of all of them together at each
     :data:`RSS_STEP_S` from ``start`` to ``end``: the sample nearest each instant."""
     if not series:
         return {}
@@ -185,11 +185,8 @@ def rss_over_time(
     def mb(found: dict[str, Usage], names: Sequence[str]) -> int:
         return round(sum(found[n].rss_kb for n in names if n in found) / 1024)
 
-    return {
-        "broker": [mb(found, ["broker"]) for found in nearest],
-        "worker": [mb(found, ["worker"]) for found in nearest],
-        "system": [mb(found, SYSTEM) for found in nearest],
-    }
+    each = {name: [mb(found, [name]) for found in nearest] for name in SYSTEM}
+    return {**each, "system": [mb(found, SYSTEM) for found in nearest]}
 
 
 def machine_of(

@@ -35,7 +35,7 @@ start, when the burst of every node joining is over, to the end of publishing):
 * **CPU** (user + system seconds over wall seconds of the steady window, % of one core; this
   machine has 2) and **peak RSS** (VmHWM) of each process from ``/proc``, and the most RSS the
   system under test (broker, registry, ClickHouse holder, worker, sink, exporter, retention)
-  held at once; and **RSS over time**: the broker's, the worker's and the system's every 60 s
+  held at once; and **RSS over time**: each process's and the system's every 60 s
   from the simulator's start to the end of publishing.
 
 A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), rows are missing at the
