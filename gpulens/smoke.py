@@ -58,7 +58,7 @@ def run_smoke(settings: GPULensSettings, *, timeout: float = 30.0) -> list[Smoke
     codec = AvroCodec(registry_client(settings.registry.url))
     events = example_events(cluster=SMOKE_CLUSTER, source="smoke", at=datetime.now(UTC))
     start = _end_offsets(settings, [t.name for t in events])
-    producer = Producer(settings.kafka.librdkafka(**{"enable.idempotence": True}))
+    producer = Producer(settings.kafka.producer(**{"enable.idempotence": True}))
     sent_at: dict[str, float] = {}
     for topic, event in events.items():
         sent_at[event.event_id] = time.perf_counter()

@@ -69,6 +69,19 @@ def test_unknown_setting_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         load_settings(path)
 
 
+def test_producers_compress_as_configured_and_consumers_are_not_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compression.type is a producer property: librdkafka warns on a consumer given it."""
+    kafka = load_settings(None).kafka
+    assert kafka.producer()["compression.type"] == "zstd"
+    assert "compression.type" not in kafka.streaming_consumer(**{"group.id": "g"})
+    monkeypatch.setenv("GPULENS_KAFKA__COMPRESSION", "lz4")
+    assert load_settings(None).kafka.producer(acks="all")["compression.type"] == "lz4"
+    monkeypatch.setenv("GPULENS_KAFKA__COMPRESSION", "brotli")
+    choices = "'none', 'gzip', 'snappy', 'lz4' or 'zstd'"
+    with pytest.raises(ConfigError, match=rf"kafka\.compression: Input should be {choices}"):
+        load_settings(None)
+
+
 def test_broken_toml_says_where(tmp_path: Path) -> None:
     path = tmp_path / "gpulens.toml"
     path.write_text("[kafka\n")

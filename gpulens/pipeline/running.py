@@ -228,7 +228,7 @@ class StreamWorker:
         )
         self._incarnation = f"{options.group_id}-{uuid.uuid4().hex[:12]}"
         self._producer = Producer(
-            kafka.librdkafka(**{"transactional.id": self._incarnation, "linger.ms": 20, "acks": "all"})
+            kafka.producer(**{"transactional.id": self._incarnation, "linger.ms": 20, "acks": "all"})
         )
         self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
         self._last_ms: dict[tuple[str, int], int] = {}
@@ -318,7 +318,7 @@ class StreamWorker:
         """
         for previous in sorted({tp.metadata for tp in committed if tp.metadata}):
             log.info("worker %s: fencing the previous incarnation %s", self._options.group_id, previous)
-            Producer(kafka.librdkafka(**{"transactional.id": previous})).init_transactions(30)
+            Producer(kafka.producer(**{"transactional.id": previous})).init_transactions(30)
 
     def _drained(self, partition: tuple[str, int]) -> bool:
         """At its end; a broker that does not answer in time leaves it not drained for now."""

@@ -113,7 +113,7 @@ class EventPublisher(BasePublisher):
         **overrides: object,
     ) -> None:
         super().__init__(codec)
-        self._config = kafka.librdkafka(
+        self._config = kafka.producer(
             **{
                 "enable.idempotence": True,
                 "linger.ms": 20,

@@ -109,7 +109,7 @@ class ExporterCheckpoint:
     def _new_producer(self) -> Producer:
         self._failed = None
         return Producer(
-            self._kafka.librdkafka(
+            self._kafka.producer(
                 **{"enable.idempotence": True, "acks": "all", "linger.ms": 20, "error_cb": self._error}
             )
         )

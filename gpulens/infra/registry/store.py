@@ -87,7 +87,7 @@ class SchemaStore:
                 position = (message.offset() or 0) + 1
         finally:
             consumer.close()
-        self._producer = Producer(self._kafka.librdkafka(**{"acks": "all", "linger.ms": 0}))
+        self._producer = Producer(self._kafka.producer(**{"acks": "all", "linger.ms": 0}))
         log.info("schema store loaded: %d subjects, %d schemas", len(self._versions), len(self._by_id))
 
     def _ensure_topic(self, timeout: float) -> None:

@@ -28,7 +28,7 @@ class Decoding:
 
     def __init__(self, kafka: KafkaSettings, codec: AvroCodec, *, consumer: str) -> None:
         self._codec = codec
-        self._producer = Producer(kafka.librdkafka(**{"enable.idempotence": True}))
+        self._producer = Producer(kafka.producer(**{"enable.idempotence": True}))
         self._dead_letters = DeadLetterPublisher(self._producer, codec, consumer=consumer)
 
     async def decode(self, spec: TopicSpec, event: EventT[bytes], record: type[R]) -> R | None:

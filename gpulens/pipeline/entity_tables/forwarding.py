@@ -65,7 +65,7 @@ class PodForwarder:
 
     def __init__(self, kafka: KafkaSettings, topic: TopicSpec) -> None:
         self._topic = topic.name
-        self._producer = Producer(kafka.librdkafka(**{"enable.idempotence": True, "linger.ms": 1}))
+        self._producer = Producer(kafka.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self._failures: list[str] = []
 
     async def forward(self, pod: PodEvent, value: bytes, partition: int, offset: int) -> None:

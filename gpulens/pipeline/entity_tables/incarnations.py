@@ -56,6 +56,6 @@ class Ledger:
 
 
 def _fence(kafka: KafkaSettings, transactional_id: str) -> None:
-    producer = Producer(kafka.librdkafka(**{"transactional.id": transactional_id}))
+    producer = Producer(kafka.producer(**{"transactional.id": transactional_id}))
     producer.init_transactions(30)
     producer.flush(30)

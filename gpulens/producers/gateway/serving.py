@@ -361,7 +361,7 @@ class Gateway:
         self.port: int | None = None
         """The port it listens on, once started (``settings.port``, or the one picked for 0)."""
         self.started = threading.Event()
-        config = kafka.librdkafka(
+        config = kafka.producer(
             **{
                 "enable.idempotence": True,
                 "linger.ms": 20,

@@ -358,7 +358,7 @@ class DecodingConsumer:
         self._start = {(tp.topic, tp.partition): tp.offset for tp in start or () if tp.offset >= 0}
         """Explicit start offsets: a partition's position until its first record is fetched."""
         self._idle = IdlePartitions(self._consumer)
-        self._dlq_producer = Producer(kafka.librdkafka(**{"acks": "all", "enable.idempotence": True}))
+        self._dlq_producer = Producer(kafka.producer(**{"acks": "all", "enable.idempotence": True}))
         self._dlq = DeadLetterPublisher(self._dlq_producer, codec, consumer=group_id)
         self._group = group_id
         self._positions: dict[tuple[str, int], int] = {}
