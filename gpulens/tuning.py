@@ -98,9 +98,9 @@ def free_heap_bytes(libc: Any) -> int:
 def _trim_forever(libc: Any, every_s: float, from_bytes: int) -> None:
     """Trim once ``from_bytes`` more lie free than at the lowest since the last trim
     (a trim leaves freed chunks counted free, their pages handed back; reuse brings them back)."""
-    stop = threading.Event()  # never set: the thread ends with its process
     low = free_heap_bytes(libc)
-    while not stop.wait(every_s):
+    while True:  # a daemon thread: it ends with its process
+        time.sleep(every_s)
         free = free_heap_bytes(libc)
         low = min(low, free)
         if free - low >= from_bytes:

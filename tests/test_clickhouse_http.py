@@ -109,6 +109,21 @@ def test_a_body_of_many_frames_is_decoded_whole(platform, endpoint, database, en
     ]
 
 
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [("lz4", lz4.frame.compress), ("zstd", lambda data: zstandard.ZstdCompressor().compress(data))],
+)
+def test_a_truncated_body_is_refused_as_clickhouse_refuses_it(endpoint, encoding, encode) -> None:
+    body = encode(b"SELECT 1" + b" " * 1000)[:-4]
+    request = urllib.request.Request(
+        endpoint, data=body, method="POST", headers={"Content-Encoding": encoding}
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    assert caught.value.headers["X-ClickHouse-Exception-Code"] == "271"
+    assert b"CANNOT_DECOMPRESS" in caught.value.read()
+
+
 def test_native_types_round_trip(platform, database) -> None:
     client = _client(platform, database)
     client.command(

@@ -31,8 +31,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import lz4.frame
-import zstandard
+import cramjam
 from aiohttp import web
 from multidict import MultiMapping
 
@@ -116,28 +115,17 @@ def decompress(body: bytes, encoding: str) -> bytes:
     encoding = encoding.strip().lower()
     if encoding in ("", "identity", "none"):
         return body
-    if encoding == "lz4":
-        return _lz4_frames(body)
-    if encoding == "zstd":
-        reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
-        return reader.read()
+    if encoding in ("lz4", "zstd"):  # LZ4 frames, zstd frames: every one of a concatenation
+        codec = cramjam.lz4 if encoding == "lz4" else cramjam.zstd
+        try:
+            return bytes(codec.decompress(body))
+        except cramjam.DecompressionError as err:
+            raise EngineError(f"Code: 271. {err} in the request body (CANNOT_DECOMPRESS)") from err
     if encoding == "gzip":
         return gzip.decompress(body)
     if encoding == "deflate":
         return zlib.decompress(body)
     raise EngineError(f"Code: 9. Unsupported Content-Encoding {encoding!r}: use lz4, zstd, gzip or deflate")
-
-
-def _lz4_frames(body: bytes) -> bytes:
-    parts: list[bytes] = []
-    rest = body
-    while rest:
-        decoder = lz4.frame.LZ4FrameDecompressor()
-        parts.append(decoder.decompress(rest))
-        if not decoder.eof:
-            raise EngineError("Code: 271. truncated LZ4 frame in the request body (CANNOT_DECOMPRESS)")
-        rest = decoder.unused_data
-    return b"".join(parts)
 
 
 def _split(request: web.Request, body: bytes) -> tuple[str, bytes | None]:

@@ -68,7 +68,9 @@ class KafkaSettings(BaseModel):
     def producer(self, **overrides: Any) -> dict[str, Any]:
         """The configuration of a producer: :meth:`librdkafka`, compressing by :attr:`compression`
         (a producer property: a consumer would warn about it). :attr:`extra` and ``overrides`` win."""
-        return self.librdkafka(**{"compression.type": self.compression, **self.extra, **overrides})
+        conf = self.librdkafka(**overrides)
+        conf.setdefault("compression.type", self.compression)
+        return conf
 
     def streaming_consumer(self, **overrides: Any) -> dict[str, Any]:
         """The configuration of a long-running consumer of the pipeline: :meth:`librdkafka`,
