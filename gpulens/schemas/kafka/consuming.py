@@ -362,6 +362,9 @@ class DecodingConsumer:
         self._dlq = DeadLetterPublisher(self._dlq_producer, codec, consumer=group_id)
         self._group = group_id
         self._positions: dict[tuple[str, int], int] = {}
+        """The next offset to read per partition polled since the last commit."""
+        self._read: dict[tuple[str, int], int] = {}
+        """The next offset to read per partition polled since the start."""
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Decoded]:
         """Up to ``max_records`` decoded records; bad ones are dead-lettered and skipped."""
@@ -402,7 +405,7 @@ class DecodingConsumer:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    self._idle.at_end(message.topic() or "", message.partition() or 0)
+                    self._reached_end(message)
                     continue
                 if error.code() == KafkaError._AUTO_OFFSET_RESET:
                     where = (message.topic() or "", message.partition() or 0)
@@ -419,10 +422,20 @@ class DecodingConsumer:
                 continue
             messages.append(message)
             where = (message.topic() or "", message.partition() or 0)
-            self._positions[where] = (message.offset() or 0) + 1
+            self._positions[where] = self._read[where] = (message.offset() or 0) + 1
             self._idle.received(*where)
         self._idle.tick()
         return messages
+
+    def _reached_end(self, message: Message) -> None:
+        """At a partition's end, its position is the end offset: past the marker a transaction
+        leaves after its last record, which no record brings (else the offsets committed stay one
+        behind the end for good, and the lag never reads 0)."""
+        where = (message.topic() or "", message.partition() or 0)
+        self._idle.at_end(*where)
+        end = message.offset() or 0
+        if end > self._read.get(where, self._start.get(where, end)):
+            self._positions[where] = self._read[where] = end
 
     def _decoded(self, message: Message) -> Decoded | None:
         record = self._decode(message)
