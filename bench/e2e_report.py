@@ -85,6 +85,9 @@ class SizeResult:
     processes: dict[str, Process] = field(default_factory=dict)
     total_rss_peak_mb: float = 0.0
     """Most RSS held at once by the :data:`SYSTEM` processes together (sampled every second)."""
+    total_pss_peak_mb: float = 0.0
+    """The same in PSS (sampled every 10 s): the memory they take together, a page shared by
+    several of them counted once."""
     machine_busy_pct: float = 0.0
     """CPU the whole machine used over the steady window, % of one core (this one has 2)."""
     others_pct: float = 0.0
@@ -175,18 +178,34 @@ def processes_of(
 def rss_over_time(
     series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float
 ) -> dict[str, list[int]]:
-    """RSS (MB) of each of the :data:`SYSTEM` processes and of all of them together at each
-    :data:`RSS_STEP_S` from ``start`` to ``end``: the sample nearest each instant."""
+    """RSS (MB) of each of the :data:`SYSTEM` processes and of all of them together, and their PSS
+    together ("system PSS"), at each :data:`RSS_STEP_S` from ``start`` to ``end``: the sample
+    nearest each instant."""
     if not series:
         return {}
     steps = [start + i * RSS_STEP_S for i in range(int((end - start) // RSS_STEP_S) + 1)]
-    nearest = [min(series, key=lambda point, at=at: abs(point[0] - at))[1] for at in steps]
+    nearest = _nearest(series, steps)
 
     def mb(found: dict[str, Usage], names: Sequence[str]) -> int:
         return round(sum(found[n].rss_kb for n in names if n in found) / 1024)
 
     each = {name: [mb(found, [name]) for found in nearest] for name in SYSTEM}
-    return {**each, "system": [mb(found, SYSTEM) for found in nearest]}
+    measured = [point for point in series if system_pss_kb(point[1]) is not None]
+    pss = [round((system_pss_kb(found) or 0) / 1024) for found in _nearest(measured, steps)]
+    return {**each, "system": [mb(found, SYSTEM) for found in nearest], "system PSS": pss}
+
+
+def _nearest(
+    series: Sequence[tuple[float, dict[str, Usage]]], steps: Sequence[float]
+) -> list[dict[str, Usage]]:
+    """The sample of ``series`` nearest each of ``steps`` (none if it is empty)."""
+    return [min(series, key=lambda point, at=at: abs(point[0] - at))[1] for at in steps if series]
+
+
+def system_pss_kb(found: dict[str, Usage]) -> int | None:
+    """The :data:`SYSTEM` processes' PSS together; None in a sample that did not read it."""
+    values = [found[n].pss_kb for n in SYSTEM if n in found]
+    return None if not values or None in values else sum(v or 0 for v in values)
 
 
 def machine_of(
@@ -260,7 +279,10 @@ def tables(results: Sequence[SizeResult], order: Sequence[str]) -> str:
     for r in results:
         lines.append(f"| {_size(r)} | {_lag(r.lag.get('worker'))} | {_lag(r.lag.get('sink'))} |")
     names = [n for n in order if any(n in r.processes for r in results)]
-    header = ["GPUs", *names, "system CPU %", "system RSS MB (at once)", "machine busy % (others)"]
+    header = [
+        "GPUs", *names, "system CPU %", "system RSS MB (at once)", "system PSS MB (at once)",
+        "machine busy % (others)",
+    ]  # fmt: skip
     lines += ["", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for r in results:
         cells = [
@@ -272,6 +294,6 @@ def tables(results: Sequence[SizeResult], order: Sequence[str]) -> str:
         total_cpu = sum(p.cpu_pct for n, p in r.processes.items() if n in SYSTEM)
         lines.append(
             f"| {_size(r)} | " + " | ".join(cells) + f" | {total_cpu:.0f} % | {r.total_rss_peak_mb:,.0f} "
-            f"| {r.machine_busy_pct:.0f} % ({r.others_pct:.0f} %) |"
+            f"| {r.total_pss_peak_mb:,.0f} | {r.machine_busy_pct:.0f} % ({r.others_pct:.0f} %) |"
         )
     return "\n".join(lines)

@@ -83,6 +83,7 @@ from bench.e2e_report import (
     quantile,
     rss_over_time,
     slope,
+    system_pss_kb,
     tables,
 )
 from gpulens.config import GPULensSettings
@@ -414,6 +415,9 @@ def _analyse(
         (sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024 for _, found in sampler.series),
         default=0.0,
     )
+    result.total_pss_peak_mb = max(
+        ((system_pss_kb(found) or 0) / 1024 for _, found in sampler.series), default=0.0
+    )
     result.poll_query_ms_p50 = 1000 * quantile([(q, 1) for q in rows.query_s], 0.5) if rows.query_s else 0.0
 
     if result.sim_late_p99_s > options.interval_s:
@@ -442,7 +446,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
         )
         print(notes)
         for name, points in r.rss_over_time.items():
-            print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
+            label = name if name.endswith("PSS") else f"{name} RSS"
+            print(f"  {label} MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
         for topic, records in sorted(r.dropped.items()):
             print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():
