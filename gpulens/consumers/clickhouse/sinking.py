@@ -222,7 +222,7 @@ class ClickHouseSink:
         except ConsumeError as err:
             # Stored but not committed: it comes again after a restart or rebalance, stored once.
             UNCOMMITTED.inc()
-            log.warning("batch of %d rows stored, offsets not committed: %s", batch.row_count, err)
+            log.warning("offsets not committed (%d rows stored before): %s", batch.row_count, err)
 
     def _write(self, batch: Batch) -> None:
         """Store every row of ``batch`` in its table."""
