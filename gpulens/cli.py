@@ -221,11 +221,14 @@ def serve_registry(context: Context) -> None:
 @pass_context
 def serve_clickhouse(context: Context) -> None:
     """Hold the embedded ClickHouse engine and serve the ClickHouse HTTP interface."""
-    from gpulens.infra.clickhouse.engine import EmbeddedEngine
+    from gpulens.infra.clickhouse.engine import LIBRARY, EmbeddedEngine
     from gpulens.infra.clickhouse.http_endpoint import serve
+    from gpulens.tuning import hand_back_library_pages
 
     settings = context.settings
     engine = EmbeddedEngine(settings.chdb_path)
+    if LIBRARY is not None:
+        hand_back_library_pages(LIBRARY)
     log.info(
         "ClickHouse (chDB) at %s on http://%s:%d",
         settings.chdb_path,

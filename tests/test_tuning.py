@@ -1,13 +1,19 @@
-"""The long-running processes hand the heap memory they freed back to the system (glibc)."""
+"""The long-running processes hand the heap memory they freed back to the system (glibc), and
+the ClickHouse holder the pages of chDB's library it does not use (Linux)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import chdb
 import pytest
 
+from gpulens.infra.clickhouse.engine import LIBRARY
 from gpulens.tuning import _glibc
 
 # A process that fills its heap with ~400 MB of 1-2 KB objects, frees nine in ten (the tenth
@@ -31,6 +37,9 @@ for line in sys.stdin:
 """
 
 
+glibc_only = pytest.mark.skipif(_glibc() is None, reason="malloc_trim is glibc's")
+
+
 def rss_after_freeing(mode: str) -> tuple[int, int]:
     """The RSS (MB) right after freeing, and the lowest within 10 s after (less when it halved)."""
     command = [sys.executable, "-c", FREE_NINE_IN_TEN, mode]
@@ -49,14 +58,77 @@ def rss_after_freeing(mode: str) -> tuple[int, int]:
     return freed, lowest
 
 
-pytestmark = pytest.mark.skipif(_glibc() is None, reason="malloc_trim is glibc's")
-
-
+@glibc_only
 def test_freed_heap_memory_stays_with_the_process_unless_handed_back() -> None:
     freed, lowest = rss_after_freeing("none")
     assert lowest > freed * 0.8, f"RSS {freed} MB after freeing, {lowest} MB at the lowest"
 
 
+@glibc_only
 def test_freed_heap_memory_is_handed_back_to_the_system() -> None:
     freed, lowest = rss_after_freeing("trim")
     assert lowest < freed / 2, f"RSS {freed} MB after freeing, {lowest} MB at the lowest"
+
+
+# A process that imports chDB, optionally hands its library's pages back, then queries it; it
+# prints the library's path, its resident MB after the import, after the hand-back (or not) and
+# after the query, and the query's answer.
+CHDB_PAGES = """
+import sys
+import chdb
+from gpulens.infra.clickhouse.engine import LIBRARY
+from gpulens.tuning import hand_back_library_pages
+def resident():
+    kb, inside = 0, False
+    for line in open('/proc/self/smaps'):
+        fields = line.split()
+        if '-' in fields[0] and len(fields) >= 5 and ':' in fields[3]:  # a mapping's header
+            inside = len(fields) == 6 and fields[5] == str(LIBRARY.resolve())
+        elif inside and fields[0] == 'Rss:':
+            kb += int(fields[1])
+    return kb // 1024
+print(LIBRARY)
+print(resident())
+if sys.argv[1] == 'hand-back':
+    assert hand_back_library_pages(LIBRARY)
+print(resident())
+answer = chdb.query('SELECT sum(number) FROM numbers(1000)', 'CSV').bytes().decode().strip()
+print(resident())
+print(answer)
+"""
+
+
+def library_resident_mb(mode: str, site: Path) -> tuple[int, int, int, str]:
+    """Run :data:`CHDB_PAGES` on a copy of chDB of its own: the kernel reclaims only pages no
+    other process maps, and the suite's holder maps the installed library."""
+    package = Path(chdb.__file__).parent
+    for name in (package.name, *(p.name for p in package.parent.glob("chdb_core.libs"))):
+        shutil.copytree(package.parent / name, site / name)
+    done = subprocess.run(
+        [sys.executable, "-c", CHDB_PAGES, mode],
+        capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])},
+    )  # fmt: skip
+    library, imported, handed, queried, answer = done.stdout.split()
+    assert library.startswith(str(site)), f"not the copy: {library}"
+    return int(imported), int(handed), int(queried), answer
+
+
+linux_only = pytest.mark.skipif(
+    LIBRARY is None or not sys.platform.startswith("linux"), reason="madvise(MADV_PAGEOUT) is Linux's"
+)
+
+
+@linux_only
+def test_chdbs_library_stays_resident_as_imported_unless_handed_back(tmp_path: Path) -> None:
+    imported, kept, _, _ = library_resident_mb("none", tmp_path)
+    assert imported > 100, f"importing chDB read only {imported} MB of its library"
+    assert kept > imported * 0.9, f"{imported} MB resident after the import, {kept} MB after"
+
+
+@linux_only
+def test_chdbs_unused_library_pages_are_handed_back_and_it_still_answers(tmp_path: Path) -> None:
+    imported, handed, queried, answer = library_resident_mb("hand-back", tmp_path)
+    assert handed < imported / 2, f"{imported} MB resident after the import, {handed} MB after the hand-back"
+    assert queried < imported / 2, f"{queried} MB resident after a query ({imported} after the import)"
+    assert answer == str(sum(range(1000)))

@@ -11,6 +11,7 @@ connections run in parallel.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import re
 import tempfile
 import threading
@@ -21,6 +22,11 @@ import chdb
 from chdb.state.sqlitelike import Connection as ChdbConnection
 
 from gpulens.schemas.model.exceptions import GPULensError
+
+_NATIVE = importlib.util.find_spec("chdb._chdb")
+LIBRARY = Path(_NATIVE.origin) if _NATIVE is not None and _NATIVE.origin else None
+"""chDB's native library (529 MB), whose pages the holder hands back where unused
+(:func:`gpulens.tuning.hand_back_library_pages`); None if chDB's layout changed."""
 
 _CODE = re.compile(r"Code:\s*(\d+)")
 _SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
