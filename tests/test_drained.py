@@ -7,9 +7,12 @@ before the marker; its lag must read 0 all the same, and `gpulens status` must s
 
 from __future__ import annotations
 
+import operator
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from alert_oracle import SAMPLES
@@ -23,7 +26,9 @@ from gpulens.config import GPULensSettings
 from gpulens.draining import pipeline_groups
 from gpulens.schemas.kafka.consuming import LagMonitor
 from gpulens.schemas.kafka.lag import RecordLag
-from gpulens.schemas.model.topics import CLUSTER_ALLOCATION, WORKLOAD_USAGE
+from gpulens.schemas.model.topics import CLUSTER_ALLOCATION, PODS, WORKLOAD_USAGE
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
 
 PARTITIONS = 2
 
@@ -46,6 +51,13 @@ def offsets(kafka_config: dict[str, object], group: str, partitions: list[TopicP
         }
     finally:
         consumer.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.5)
 
 
 def records_after(kafka_config: dict[str, object], start: dict[tuple[str, int], int]) -> int:
@@ -201,3 +213,39 @@ def test_the_pipeline_drains_past_the_workers_markers_and_status_says_so(
         assert time.monotonic() < deadline, f"the sink's committed offsets stop before the ends: {raw}"
         time.sleep(0.2)
         raw = offsets(kafka, platform.sink.group_id, outputs)
+
+
+def test_a_sink_commits_past_the_marker_of_a_transaction_it_read_to_the_end(
+    platform: GPULensSettings, config_file: Path, unique: str, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """Once the sink has written what came before, a transaction of one record that does not
+    decode: the sink dead-letters it (and stores the dead letter, its batch) and commits past the
+    record and the transaction's marker, so its committed offsets reach the end."""
+    kafka = platform.kafka.librdkafka()
+    group, where = f"sink-{unique}", TopicPartition(PODS.name, 0)
+    codec = AvroCodec(registry_client(platform.registry.url))
+    plain = Producer(kafka)
+    plain.produce(where.topic, codec.encode(PODS, example_events()[PODS]), partition=where.partition)
+    plain.flush(30)
+    with (config_file.parent / f"{group}.log").open("ab") as log:
+        spawned.append(
+            subprocess.Popen(
+                gpulens(config_file, "sink"),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, "GPULENS_SINK__GROUP_ID": group},
+            )
+        )
+
+    def committed_and_end() -> tuple[int, int]:
+        return offsets(kafka, group, [where])[(where.topic, where.partition)]
+
+    wait_until(lambda: operator.eq(*committed_and_end()), 120, f"{group} past the pod event")
+    before = committed_and_end()[1]
+    producer = Producer({**kafka, "transactional.id": group})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(where.topic, b"not avro", partition=where.partition)
+    producer.commit_transaction(30)
+    assert committed_and_end()[1] == before + 2, "the record and the transaction's marker"
+    wait_until(lambda: operator.eq(*committed_and_end()), 60, f"{group} past the transaction")

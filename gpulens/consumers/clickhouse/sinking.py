@@ -171,7 +171,7 @@ class ClickHouseSink:
                 self._batch.add(item)
             else:
                 self._consumer.dead_letter(item, CONFLICTING_DUPLICATE, conflict)
-        if self._batch.ready(self._settings) or not self._batch.ranges:
+        if self._batch.ready(self._settings):
             self.flush()
 
     def _add_value(self, item: Undecoded) -> None:
@@ -211,21 +211,10 @@ class ClickHouseSink:
         return self._duplicates.conflict_of(key, item.value) is not None
 
     def flush(self) -> None:
-        """Write every table of the batch, then commit its offsets. Without a batch, commit
-        offsets that moved all the same: past dead letters, or past the marker a transaction
-        leaves at a partition's end (no call to the broker when none moved)."""
+        """Write every table of the batch, then commit its offsets."""
         batch, self._batch = self._batch, Batch()
-        if batch.ranges:
-            self._write(batch)
-        try:
-            self._consumer.commit()
-        except ConsumeError as err:
-            # Stored but not committed: it comes again after a restart or rebalance, stored once.
-            UNCOMMITTED.inc()
-            log.warning("offsets not committed (%d rows stored before): %s", batch.row_count, err)
-
-    def _write(self, batch: Batch) -> None:
-        """Store every row of ``batch`` in its table."""
+        if not batch.ranges:
+            return
         for intake, items in batch.values.items():
             self._write_values(intake, items)
         for table, rows in batch.rows.items():
@@ -233,6 +222,12 @@ class ClickHouseSink:
         BATCH_ROWS.observe(batch.row_count)
         for topic, count in batch.records.items():
             RECORDS.labels(topic).inc(count)
+        try:
+            self._consumer.commit()
+        except ConsumeError as err:
+            # Stored but not committed: it comes again after a restart or rebalance, stored once.
+            UNCOMMITTED.inc()
+            log.warning("batch of %d rows stored, offsets not committed: %s", batch.row_count, err)
 
     def _write_values(self, intake: Intake, items: list[Undecoded]) -> None:
         """Have ClickHouse decode and store ``items``; a refused set is split in halves and each
