@@ -96,6 +96,8 @@ class SizeResult:
     rss_over_time: dict[str, list[int]] = field(default_factory=dict)
     """RSS (MB, VmRSS) of the broker, the worker and the system under test together, every
     :data:`RSS_STEP_S` from the simulator's start."""
+    pss_over_time: list[int] = field(default_factory=list)
+    """The same for the system's PSS (read every 10 s)."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Per topic, records the retention cap deleted before every group had consumed them (the
     retention job's counter at the end of the run)."""
@@ -178,21 +180,28 @@ def processes_of(
 def rss_over_time(
     series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float
 ) -> dict[str, list[int]]:
-    """RSS (MB) of each of the :data:`SYSTEM` processes and of all of them together, and their PSS
-    together ("system PSS"), at each :data:`RSS_STEP_S` from ``start`` to ``end``: the sample
-    nearest each instant."""
+    """RSS (MB) of each of the :data:`SYSTEM` processes and of all of them together at each
+    :data:`RSS_STEP_S` from ``start`` to ``end``: the sample nearest each instant."""
     if not series:
         return {}
-    steps = [start + i * RSS_STEP_S for i in range(int((end - start) // RSS_STEP_S) + 1)]
-    nearest = _nearest(series, steps)
+    nearest = _nearest(series, _steps(start, end))
 
     def mb(found: dict[str, Usage], names: Sequence[str]) -> int:
         return round(sum(found[n].rss_kb for n in names if n in found) / 1024)
 
     each = {name: [mb(found, [name]) for found in nearest] for name in SYSTEM}
+    return {**each, "system": [mb(found, SYSTEM) for found in nearest]}
+
+
+def pss_over_time(series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float) -> list[int]:
+    """The :data:`SYSTEM` processes' PSS together (MB) at each :data:`RSS_STEP_S` from ``start``
+    to ``end``: the sample that read it nearest each instant."""
     measured = [point for point in series if system_pss_kb(point[1]) is not None]
-    pss = [round((system_pss_kb(found) or 0) / 1024) for found in _nearest(measured, steps)]
-    return {**each, "system": [mb(found, SYSTEM) for found in nearest], "system PSS": pss}
+    return [round((system_pss_kb(found) or 0) / 1024) for found in _nearest(measured, _steps(start, end))]
+
+
+def _steps(start: float, end: float) -> list[float]:
+    return [start + i * RSS_STEP_S for i in range(int((end - start) // RSS_STEP_S) + 1)]
 
 
 def _nearest(

@@ -80,6 +80,7 @@ from bench.e2e_report import (
     lag_of,
     machine_of,
     processes_of,
+    pss_over_time,
     quantile,
     rss_over_time,
     slope,
@@ -410,6 +411,7 @@ def _analyse(
     )
     result.processes = processes_of(sampler.series, begin, end)
     result.rss_over_time = rss_over_time(sampler.series, begin - options.warmup_s, published_end)
+    result.pss_over_time = pss_over_time(sampler.series, begin - options.warmup_s, published_end)
     result.machine_busy_pct, result.others_pct = machine_of(sampler.machine, result.processes, begin, end)
     result.total_rss_peak_mb = max(
         (sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024 for _, found in sampler.series),
@@ -446,8 +448,9 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
         )
         print(notes)
         for name, points in r.rss_over_time.items():
-            label = name if name.endswith("PSS") else f"{name} RSS"
-            print(f"  {label} MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
+            print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
+        pss = ", ".join(f"{mb:,}" for mb in r.pss_over_time)
+        print(f"  system PSS MB every {RSS_STEP_S:g} s: {pss}")
         for topic, records in sorted(r.dropped.items()):
             print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():
