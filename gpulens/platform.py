@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import sys
 import urllib.request
@@ -103,11 +104,41 @@ def manager(settings: GPULensSettings) -> ServiceManager:
     return ServiceManager(settings.platform.state_dir)
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""The kernel's range of source ports for outgoing connections."""
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
+    """A TCP port nobody listens on right now, below the kernel's ephemeral range.
+
+    A port the kernel picks for ``bind(0)`` comes from the range it also gives outgoing
+    connections their source ports from: between being picked and being bound by the service
+    it names (seconds, for a platform's last service), any client connection may take it (a
+    test suite once failed so: "port 51681 is already in use"). Ports below that range are
+    never taken so; a port is handed out once per process.
+    """
+    try:
+        low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux
+        low = 0
+    if low > 11_000:
+        for port in random.sample(range(10_000, low), 100):
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    with socket.socket() as sock:  # no room below the range: any port the kernel has free
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def write_private_config(directory: Path, *, broker: str = "noida", kafka_port: int | None = None) -> Path:

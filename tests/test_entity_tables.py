@@ -8,7 +8,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ from pod_events import DEPLOYMENT, REPLICASET, T0, at, pod
 
 from gpulens.config import GPULensSettings
 from gpulens.pipeline.entity_tables import forwarded_topic
-from gpulens.platform import private_platform
+from gpulens.platform import free_port, private_platform
 from gpulens.producers.publishing import EventPublisher
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.models import (
@@ -273,12 +272,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 # --- the process ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class TablesApp:

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpulens.config import load_settings
 from gpulens.infra.launching import LaunchError, ServiceManager, ServiceSpec, State
-from gpulens.platform import write_private_config
+from gpulens.platform import EPHEMERAL_PORTS, free_port, write_private_config
 from gpulens.testing.examples import example_events
 
 GPULENS = [sys.executable, "-m", "gpulens"]
@@ -66,6 +66,19 @@ def test_up_twice_is_harmless_and_down_stops_exactly_what_up_started(own_platfor
         stranger.wait()
     status = run(own_platform, "infra", "status")
     assert status.stdout.count("stopped") == 3
+
+
+@pytest.mark.skipif(not EPHEMERAL_PORTS.exists(), reason="no ephemeral port range to stay below")
+def test_free_ports_are_distinct_and_none_an_outgoing_connection_could_take() -> None:
+    """A client's source port comes from the ephemeral range: a free port handed out there
+    could be taken before its service binds it."""
+    low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert max(ports) < low
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
 
 
 def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
