@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import signal
 import sys
@@ -13,19 +14,6 @@ from pathlib import Path
 import click
 
 from gpulens.cli_context import Context, pass_context
-from gpulens.commands.agent import agent
-from gpulens.commands.api import api
-from gpulens.commands.exporter import exporter
-from gpulens.commands.gateway import gateway
-from gpulens.commands.reclaim import reclaim
-from gpulens.commands.replay import replay
-from gpulens.commands.report import report
-from gpulens.commands.retention import retention
-from gpulens.commands.simulate import simulate
-from gpulens.commands.sink import db, sink
-from gpulens.commands.tables import tables
-from gpulens.commands.watch import watch
-from gpulens.commands.worker import worker
 from gpulens.infra.launching import Status
 from gpulens.main_job import EXAMPLES
 from gpulens.platform import ORDER, manager, service_specs, start_platform, write_private_config
@@ -34,8 +22,46 @@ from gpulens.schemas.model.exceptions import GPULensError
 
 log = logging.getLogger("gpulens")
 
+COMMANDS = {
+    "replay": "replay",
+    "agent": "agent",
+    "gateway": "gateway",
+    "worker": "worker",
+    "tables": "tables",
+    "watch": "watch",
+    "sink": "sink",
+    "db": "sink",
+    "exporter": "exporter",
+    "retention": "retention",
+    "simulate": "simulate",
+    "api": "api",
+    "report": "report",
+    "reclaim": "reclaim",
+}
+"""The commands of the pipeline's processes -> their module in gpulens.commands, imported when
+the command runs (or --help lists them): `gpulens retention` loaded every command's libraries,
+numpy, the ClickHouse driver and the Kubernetes client among them, and each long-running
+process kept them (about 40 MB of RSS in each)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class LazyGroup(click.Group):
+    """A group whose :data:`COMMANDS` are imported on first use (click's documented pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is None:
+            return super().get_command(ctx, cmd_name)
+        command = getattr(importlib.import_module(f"gpulens.commands.{module}"), cmd_name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.option(
     "--config",
     "config_file",
@@ -455,22 +481,6 @@ def sql(context: Context, query: str, fmt: str) -> None:
 
     client = get_client(context.settings.clickhouse)
     click.echo(client.raw_query(query, fmt=fmt).decode(), nl=False)
-
-
-cli.add_command(replay)
-cli.add_command(agent)
-cli.add_command(gateway)
-cli.add_command(worker)
-cli.add_command(tables)
-cli.add_command(watch)
-cli.add_command(sink)
-cli.add_command(db)
-cli.add_command(exporter)
-cli.add_command(retention)
-cli.add_command(simulate)
-cli.add_command(api)
-cli.add_command(report)
-cli.add_command(reclaim)
 
 
 EX_UNAVAILABLE = 69

@@ -193,9 +193,9 @@ def _parse(container: Container) -> click.Context:
     argv = container.argv
     assert argv[:1] == ["gpulens"], f"{container.id}: runs {argv[:1]}, not gpulens"
     assert len(argv) > 1, f"{container.id}: no subcommand"
-    command = cli.commands.get(argv[1])
-    assert command is not None, f"{container.id}: no command `gpulens {argv[1]}`"
     parent = click.Context(cli, info_name="gpulens")
+    command = cli.get_command(parent, argv[1])
+    assert command is not None, f"{container.id}: no command `gpulens {argv[1]}`"
     return command.make_context(argv[1], argv[2:], parent=parent)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpulens.producers.lazy_exports import lazy_exports
+from gpulens.schemas.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from gpulens.producers.agent.building import build_agent, collectors_for

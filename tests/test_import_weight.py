@@ -1,0 +1,46 @@
+"""A process loads the libraries of its own job, not those of every other command: each
+long-running process of the pipeline keeps what it imported for its whole life."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CLIENTS = ("numpy", "grpc", "kubernetes", "clickhouse_connect", "confluent_kafka.schema_registry", "chdb")
+"""Libraries of some commands only (tens of MB each, once imported)."""
+
+LOADED = """
+import json, sys
+{action}
+print(json.dumps(sorted(m for m in {clients!r} if m in sys.modules)))
+"""
+
+
+def loaded_after(action: str) -> list[str]:
+    """Which of :data:`CLIENTS` a fresh interpreter holds after ``action``."""
+    code = LOADED.format(action=action, clients=CLIENTS)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    return list(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_the_configuration_loads_no_client_library() -> None:
+    assert loaded_after("import gpulens.config; gpulens.config.load_settings(None)") == []
+
+
+@pytest.mark.parametrize("command", ["retention", "exporter", "sink"])
+def test_a_command_loads_none_of_the_libraries_only_others_use(command: str) -> None:
+    """`gpulens CMD --help` loads CMD's module (and the settings); numpy (the load generator,
+    the worker's columnar reads), gRPC (the agent, the gateway), the Kubernetes client (the
+    watchers) and chDB (the ClickHouse holder) stay out."""
+    run = f"""
+from gpulens.cli import cli
+try:
+    cli(["{command}", "--help"], standalone_mode=False)
+except SystemExit:
+    pass
+"""
+    loaded = loaded_after(run)
+    assert not {"numpy", "grpc", "kubernetes", "chdb"} & set(loaded), loaded
