@@ -1,13 +1,16 @@
-"""A process loads the libraries of its own job, not those of every other command: each
-long-running process of the pipeline keeps what it imported for its whole life."""
+"""A process loads the libraries of its own job, not those of every other command nor those a
+library could use: each long-running process of the pipeline keeps what it imported for its
+whole life."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from sink_support import SinkProcesses, wait_for
 
 CLIENTS = ("numpy", "grpc", "kubernetes", "clickhouse_connect", "confluent_kafka.schema_registry", "chdb")
 """Libraries of some commands only (tens of MB each, once imported)."""
@@ -44,3 +47,17 @@ except SystemExit:
 """
     loaded = loaded_after(run)
     assert not {"numpy", "grpc", "kubernetes", "chdb"} & set(loaded), loaded
+
+
+def test_a_sink_that_stored_rows_holds_neither_pandas_nor_arrow(
+    platform, codec, config_file, unique, spawned
+) -> None:
+    """clickhouse-connect imports pandas (and with it pyarrow, 70 MB) on the first insert of
+    rows, to tell them from a DataFrame; the sink inserts rows only (its migrations included)."""
+    sinks = SinkProcesses(platform, config_file, spawned, group=f"sink-{unique}", database=f"light_{unique}")
+    expected = sinks.load(codec, f"light-{unique}", 10)
+    sink = sinks.start()
+    wait_for(lambda: sinks.stored() >= expected, 120, "the sink to store the samples")
+    libraries = Path(f"/proc/{sink.pid}/maps").read_text()
+    assert "libarrow" not in libraries
+    assert "/pandas/" not in libraries

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 from prometheus_client import Counter, Histogram
 
-from gpulens.consumers.clickhouse.client import get_client
+from gpulens.consumers.clickhouse.client import get_client, insert_rows_only
 from gpulens.consumers.clickhouse.duplicates import CONFLICTING_DUPLICATE, DuplicateGuard
 from gpulens.consumers.clickhouse.exceptions import SinkError, StatementError
 from gpulens.consumers.clickhouse.migrating import migrate
@@ -304,6 +304,7 @@ def run_sink(
     sink decodes everything.
     """
     backoff = settings.retry_backoff_s
+    insert_rows_only()
 
     def connect() -> TableWriter:
         for line in migrate(clickhouse, samples_ttl_days=settings.samples_ttl_days):
