@@ -28,6 +28,8 @@ from gpulens.platform import BROKER, free_port, manager
 
 STALL_S = 3 * CALL_TIMEOUT_S
 """Several per-call timeouts, well under ``WEDGED_S`` (the module's docstring)."""
+PACED_SPEED = "250000"
+"""The trace's months in about a minute: records keep coming through the stall."""
 
 
 def committed_and_ends(settings: GPULensSettings, group: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -58,13 +60,15 @@ def test_a_worker_commits_through_a_broker_stopped_longer_than_a_commit_timeout(
     reader = RowReader(settings, own_codec, cluster)
     worker = start_worker(config, group, "--metrics-port", str(port))
     spawned.append(worker)
-    spawned.append(replay(config, cluster))
+    replaying = replay(config, cluster, "--speed", PACED_SPEED)
+    spawned.append(replaying)
     expected = len(expected_rows(PODS_CSV, 3600))
     try:
-        # Stopped once the worker has the replay's first records, the replay has barely begun and
-        # the worker has cycles to commit. Its first rows come later, when the replay may be over
-        # and the worker idle (CI once stopped it there: no call waited).
+        # Stopped once the worker has the replay's first records, while the paced replay still
+        # publishes: the worker has cycles to commit. Unpaced, the replay could be over and the
+        # worker's last cycle committed by then (CI stopped it there twice: no call waited).
         wait(lambda: metric(port, "gpulens_worker_records_in_total") > 0, 180, "the first records", worker)
+        assert replaying.poll() is None, "the stall came mid-stream: the replay was still publishing"
         broker = manager(settings).status(BROKER).pid
         assert broker is not None
         os.killpg(broker, signal.SIGSTOP)
