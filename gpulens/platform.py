@@ -106,6 +106,7 @@ def manager(settings: GPULensSettings) -> ServiceManager:
 
 EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
 """The kernel's range of source ports for outgoing connections."""
+FIRST_PORT = 20_000
 _handed_out: set[int] = set()
 
 
@@ -116,14 +117,16 @@ def free_port() -> int:
     connections their source ports from: between being picked and being bound by the service
     it names (seconds, for a platform's last service), any client connection may take it (a
     test suite once failed so: "port 51681 is already in use"). Ports below that range are
-    never taken so; a port is handed out once per process.
+    never taken so; they are drawn from :data:`FIRST_PORT` up, above every default port of the
+    configuration (18081, 18123, 19092, ...: a platform of the defaults may start meanwhile),
+    and each is handed out once per process.
     """
     try:
         low = int(EPHEMERAL_PORTS.read_text().split()[0])
     except (OSError, ValueError, IndexError):  # not Linux
         low = 0
-    if low > 11_000:
-        for port in random.sample(range(10_000, low), 100):
+    if low > FIRST_PORT + 1_000:
+        for port in random.sample(range(FIRST_PORT, low), 100):
             if port not in _handed_out and _bindable(port):
                 _handed_out.add(port)
                 return port

@@ -76,6 +76,7 @@ def test_free_ports_are_distinct_and_none_an_outgoing_connection_could_take() ->
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports)
     assert max(ports) < low
+    assert min(ports) >= 20_000, "below: the configuration's default ports (18081, 19092, ...)"
     for port in ports:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
