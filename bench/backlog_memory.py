@@ -34,7 +34,6 @@ SETTINGS: dict[str, dict[str, int]] = {
     "librdkafka's defaults": {},
     "max.partition.fetch.bytes 64 KB": {"max.partition.fetch.bytes": 65_536},
     "queued.max.messages.kbytes 4 MB": {"queued.max.messages.kbytes": 4_096},
-    "the pipeline's pacing": {"queued.min.messages": 1, "fetch.queue.backoff.ms": 100},
 }
 
 SLOW_READER = """
@@ -69,7 +68,12 @@ def measure(broker: str, nodes: int, seconds: float) -> None:
         size = f"{nodes:,} nodes, {seconds:.0f} s"
         print(f"\n{broker}: {progress.records:,} records published ({size})", flush=True)
         print("| fetch settings | records read | RSS before MB | RSS peak MB |\n|---|---|---|---|")
-        for name, conf in SETTINGS.items():
+        pacing = {
+            k: v
+            for k, v in settings.kafka.streaming_consumer().items()
+            if k not in settings.kafka.librdkafka()
+        }
+        for name, conf in {**SETTINGS, "the pipeline's pacing": pacing}.items():
             argv = [sys.executable, "-c", SLOW_READER, json.dumps(conf), settings.kafka.bootstrap_servers]
             out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
             print(f"| {name} | {out['read']:,} | {out['before']} | **{out['peak']}** |", flush=True)

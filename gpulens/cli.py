@@ -41,7 +41,7 @@ COMMANDS = {
 """The commands of the pipeline's processes -> their module in gpulens.commands, imported when
 the command runs (or --help lists them): `gpulens retention` loaded every command's libraries,
 numpy, the ClickHouse driver and the Kubernetes client among them, and each long-running
-process kept them (about 40 MB of RSS in each)."""
+process kept them (16-45 MB of RSS in each, measured at rest)."""
 
 
 class LazyGroup(click.Group):

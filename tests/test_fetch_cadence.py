@@ -56,18 +56,17 @@ def fetches_while_fed(
     producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 0}))
     deadline = time.monotonic() + 60
     started = threading.Event()
-    counted: list[int] = [0] * len(intervals)
+    received, counted = [0] * len(intervals), [0] * len(intervals)
 
-    def read(i: int) -> None:
-        consumer, received = consumers[i], 0
+    def read(i: int) -> None:  # asserts nothing: a thread's failure would not fail the test
+        consumer = consumers[i]
         while not fetches[i] and time.monotonic() < deadline:  # connected, at the end, paced
             consumer.poll_undecoded({topics[i].name}, 100, 0.1)
-        before = fetches[i][-1]
+        before = fetches[i][-1] if fetches[i] else 0
         started.wait(60)
-        while received < RECORDS and time.monotonic() < deadline:
-            received += len(consumer.poll_undecoded({topics[i].name}, 100, 0.1))
-        assert received == RECORDS, f"{topics[i].name}: {received} of {RECORDS} records"
-        counted[i] = fetches[i][-1] - before
+        while received[i] < RECORDS and time.monotonic() < deadline:
+            received[i] += len(consumer.poll_undecoded({topics[i].name}, 100, 0.1))
+        counted[i] = fetches[i][-1] - before if fetches[i] else 0
 
     readers = [threading.Thread(target=read, args=(i,)) for i in range(len(intervals))]
     try:
@@ -88,6 +87,7 @@ def fetches_while_fed(
             reader.join()
         for consumer in consumers:
             consumer.close()
+    assert received == [RECORDS] * len(intervals), f"records read of {RECORDS} each: {received}"
     return counted
 
 
@@ -99,8 +99,8 @@ def test_a_partition_records_keep_reaching_is_fetched_once_per_interval_not_in_a
     The interval paces answers that bring records; an empty answer between two records is
     asked again at once until the consumer's loop pauses the partition at its end
     (IdlePartitions), later the busier the machine. Both counts follow the machine's load, so
-    they are measured side by side: 54 against 53,000 on a quiet machine, 163-1,409 against
-    22,000-25,000 beside another test file and two busy loops. Read one after the other, a CI
+    they are measured side by side: 54 against 53,419 on a quiet machine, 163-1,409 against
+    22,104-25,468 beside another test file and two busy loops. Read one after the other, a CI
     run once gave 2,997 against 8,668."""
     paced, looping = fetches_while_fed(platform, codec, unique, [250, 0])
     assert paced * 2 < looping, f"{paced} fetches every 250 ms, {looping} in a loop"
