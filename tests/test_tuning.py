@@ -71,6 +71,53 @@ def test_freed_heap_memory_is_handed_back_to_the_system() -> None:
     assert lowest < freed / 2, f"RSS {freed} MB after freeing, {lowest} MB at the lowest"
 
 
+# A process whose freed heap was handed back, then reuses part of it (12 MB: its free total moves
+# less than the 16 MB a trim waits for) and frees that again; it prints its RSS in MB before the
+# reuse, right after it, and then whenever asked.
+REUSE_AFTER_TRIM = """
+import sys, time
+from gpulens.tuning import hand_back_freed_memory
+def rss():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmRSS'):
+            return int(line.split()[1]) // 1024
+assert hand_back_freed_memory(every_s=0.1, from_bytes=16 << 20)
+held = [bytes(1024 + i % 1024) for i in range(300_000)]
+kept = held[::10]
+del held
+freed = rss()
+while rss() > freed / 2:
+    time.sleep(0.1)
+time.sleep(0.5)
+print(rss(), flush=True)
+again = [bytes(1024 + i % 1024) for i in range(8_000)]
+del again
+print(rss(), flush=True)
+for line in sys.stdin:
+    print(rss(), flush=True)
+"""
+
+
+@glibc_only
+def test_freed_heap_memory_reused_and_freed_again_is_handed_back_again() -> None:
+    command = [sys.executable, "-c", REUSE_AFTER_TRIM]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            trimmed, reused = int(process.stdout.readline()), int(process.stdout.readline())
+            lowest = reused
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and lowest > trimmed + 3:
+                time.sleep(0.2)
+                process.stdin.write("\n")
+                process.stdin.flush()
+                lowest = min(lowest, int(process.stdout.readline()))
+        finally:
+            process.kill()
+    assert reused >= trimmed + 8, f"the reuse did not show: {trimmed} -> {reused} MB"
+    assert lowest <= trimmed + 3, f"RSS {trimmed} MB trimmed, {reused} MB reused, {lowest} MB at the lowest"
+
+
 # A process that imports chDB, optionally hands its library's pages back, then queries it; it
 # prints the library's path, its resident MB after the import, after the hand-back (or not) and
 # after the query, and the query's answer.
