@@ -159,3 +159,39 @@ def test_a_string_length_past_any_position_is_refused_and_the_rest_of_the_fetch_
         _long(varint, length)  # zigzag, as Avro writes a long
         bad = values[0][:5] + varint + values[0][6:]
         assert check(codec, [bad, *values]) == SMALLEST
+
+
+def test_batches_of_one_node_share_its_names_across_fetches(codec: AvroCodec) -> None:
+    """A worker holds many batches for event time; each batch of a node names the same cluster,
+    source, node and GPUs, so they are one set of objects, not a copy per batch."""
+    batch = example_events("columns")[GPU_SAMPLES]
+    fetch = [codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": f"n{i}"})) for i in range(SMALLEST)]
+    decoder = NativeSampleDecoder(codec, GPU_SAMPLES)
+    first, again = decoder.decode(fetch), decoder.decode(list(fetch))
+    for one, other in zip(first, again, strict=True):
+        assert one is not None and other is not None and one is not other
+        assert other.device_ids is one.device_ids
+        assert (other.cluster, other.source, other.node) == (one.cluster, one.source, one.node)
+        assert other.node is one.node and other.source is one.source and other.cluster is one.cluster
+    moved = batch.samples[1:] + batch.samples[:1]  # n0's GPUs, in another order
+    changed = [
+        codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": "n0", "samples": moved})),
+        *fetch[1:],
+    ]
+    read = decoder.decode(changed)[0]
+    assert read is not None and read.device_ids == [sample.device_id for sample in moved]
+    assert check(codec, changed) == SMALLEST
+
+
+def test_the_names_kept_to_share_are_bounded_whatever_nodes_the_records_name(codec: AvroCodec) -> None:
+    batch = example_events("columns")[GPU_SAMPLES]
+    wire = codec.encode(GPU_SAMPLES, batch.model_copy(update={"node": "n" * 12}))
+    at = wire.index(b"n" * 12)
+    made_up = [wire[:at] + f"n{i:011d}".encode() + wire[at + 12 :] for i in range(120_000)]
+    decoder = NativeSampleDecoder(codec, GPU_SAMPLES)
+    first = decoder.decode(made_up[:1_000])[0]
+    for start in range(0, len(made_up), 10_000):
+        assert None not in decoder.decode(made_up[start : start + 10_000])
+    again = decoder.decode(made_up[:1_000])[0]
+    assert first is not None and again is not None
+    assert again.device_ids == first.device_ids and again.device_ids is not first.device_ids  # forgotten

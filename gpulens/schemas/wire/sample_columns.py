@@ -46,6 +46,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LOWEST_MS, _BEYOND_MS = round(EARLIEST.timestamp() * 1000), round(LATEST.timestamp() * 1000)
 _HEADER = 5
 """Confluent framing: magic byte and schema id."""
+_MOST_NODES = 100_000
+"""Nodes whose names :class:`NativeSampleDecoder` keeps to share (about 1 KB each with 8 GPUs);
+past it they are forgotten and kept anew, whatever names the records make up."""
 _MOST_GPUS = 64
 """Batches of more GPUs are left to the exact path: each GPU slot costs a read of every batch."""
 _TEN = np.arange(10)
@@ -217,6 +220,12 @@ class NativeSampleDecoder:
         self._topic = topic
         self._ours: dict[bytes, bool] = {}
         """Per framing header: whether it names the topic's own schema."""
+        self._names: dict[str, tuple[str, str, str, list[str]]] = {}
+        """Per node, the cluster, source, node and GPU ids of its last batch: a batch naming the
+        same shares them. A worker holding batches for event time (a large cluster's start:
+        75,000-200,000 at 100,000 GPUs) held a copy of each per batch, 1,950 bytes of objects
+        a batch of 8 GPUs where sharing leaves 1,221, for about 0.2 us a batch (interning each
+        string cost 2 us)."""
 
     def decode(self, values: Sequence[bytes]) -> list[SampleColumns | None]:
         """Per value, its columns, or None where the exact path must decode it."""
@@ -284,15 +293,23 @@ class NativeSampleDecoder:
         utf8 = utf8 and all(clean for _, clean in decoded)
         utilizations, memories = _optional(utilization, rows, kept), _optional(memory, rows, kept)
         firsts = np.concatenate(([0], np.cumsum(counts))).tolist()
+        names = self._names
+        if len(names) >= _MOST_NODES:
+            names.clear()
         for at, row in enumerate(rows.tolist()):
             first, last = firsts[at], firsts[at + 1]
             if not utf8 and None in [f[at] for f in fields] + device_ids[first:last]:
                 continue  # not UTF-8: the exact path refuses it
             index = taken[row]
+            named = (fields[1][at], fields[2][at], fields[3][at], device_ids[first:last])
+            known = names.get(named[2])
+            if known == named:
+                named = known
+            else:
+                names[named[2]] = named
             out[index] = SampleColumns(
-                fields[0][at], fields[1][at], times[at], fields[2][at],
-                fields[3][at], device_ids[first:last], utilizations[first:last], memories[first:last],
-                values[index], codec, topic,
+                fields[0][at], named[0], times[at], named[1], named[2], named[3],
+                utilizations[first:last], memories[first:last], values[index], codec, topic,
             )  # fmt: skip
         return out
 
