@@ -158,11 +158,14 @@ class _Source(GeneratedSource):
             for field in run:
                 self._value(body, f"f_{field}", hints[field], model.model_fields[field].metadata, "    ")
         cls = self._constant(model)
-        fields = self._constant(frozenset(names))
+        # Every field is set, so every record of a model shares one set of them: pydantic only
+        # ever adds names to it (assignment; a copy takes its own), and all are in it already.
+        # A set per record was 700 bytes or more, on each nested model too (a pod holds several).
+        fields = self._constant(set(names))
         body += [
             f"    o = _new({cls})",
             "    _set(o, '__dict__', {" + ", ".join(f"{n!r}: f_{n}" for n in names) + "})",
-            f"    _set(o, '__pydantic_fields_set__', set({fields}))",
+            f"    _set(o, '__pydantic_fields_set__', {fields})",
             "    _set(o, '__pydantic_extra__', None)",
             "    _set(o, '__pydantic_private__', None)",
             "    return o, pos",
