@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import chdb
@@ -41,21 +42,32 @@ for line in sys.stdin:
 glibc_only = pytest.mark.skipif(_glibc() is None, reason="malloc_trim is glibc's")
 
 
-def rss_after_freeing(mode: str) -> tuple[int, int]:
-    """The RSS (MB) right after freeing, and the lowest within 10 s after (less when it halved)."""
-    command = [sys.executable, "-c", FREE_NINE_IN_TEN, mode]
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
+def watch_rss(
+    script: str, *args: str, first: int, enough: Callable[[list[int], int], bool]
+) -> tuple[list[int], int]:
+    """Run ``script``: the first ``first`` RSS figures (MB) it prints, and the lowest it shows
+    after them, asked every 0.2 s for 10 s or until ``enough(firsts, lowest)``."""
+    with subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as process:
         assert process.stdin is not None and process.stdout is not None
         try:
-            freed = lowest = int(process.stdout.readline())
+            firsts = [int(process.stdout.readline()) for _ in range(first)]
+            lowest = firsts[-1]
             deadline = time.monotonic() + 10  # a trim every 0.1 s has had many chances by then
-            while time.monotonic() < deadline and lowest >= freed / 2:
+            while time.monotonic() < deadline and not enough(firsts, lowest):
                 time.sleep(0.2)
                 process.stdin.write("\n")
                 process.stdin.flush()
                 lowest = min(lowest, int(process.stdout.readline()))
         finally:
             process.kill()
+    return firsts, lowest
+
+
+def rss_after_freeing(mode: str) -> tuple[int, int]:
+    """The RSS (MB) right after freeing, and the lowest within 10 s after (less when it halved)."""
+    (freed,), lowest = watch_rss(FREE_NINE_IN_TEN, mode, first=1, enough=lambda f, low: low < f[0] / 2)
     return freed, lowest
 
 
@@ -71,8 +83,8 @@ def test_freed_heap_memory_is_handed_back_to_the_system() -> None:
     assert lowest < freed / 2, f"RSS {freed} MB after freeing, {lowest} MB at the lowest"
 
 
-# A process whose freed heap was handed back, then reuses part of it (12 MB: its free total moves
-# less than the 16 MB a trim waits for) and frees that again; it prints its RSS in MB before the
+# A process whose freed heap was handed back, then reuses part of it (24 MB: its free total moves
+# less than the 32 MB a trim waits for) and frees that again; it prints its RSS in MB before the
 # reuse, while the reused memory is held, and then whenever asked.
 REUSE_AFTER_TRIM = """
 import sys, time
@@ -81,7 +93,7 @@ def rss():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS'):
             return int(line.split()[1]) // 1024
-assert hand_back_freed_memory(every_s=0.1, from_bytes=16 << 20)
+assert hand_back_freed_memory(every_s=0.1, from_bytes=32 << 20)
 held = [bytes(1024 + i % 1024) for i in range(300_000)]
 kept = held[::10]
 del held
@@ -90,7 +102,7 @@ while rss() > freed / 2 and time.monotonic() < deadline:
     time.sleep(0.1)
 time.sleep(0.5)
 print(rss(), flush=True)
-again = [bytes(1024 + i % 1024) for i in range(8_000)]
+again = [bytes(1024 + i % 1024) for i in range(16_000)]
 print(rss(), flush=True)
 del again
 for line in sys.stdin:
@@ -100,20 +112,7 @@ for line in sys.stdin:
 
 @glibc_only
 def test_freed_heap_memory_reused_and_freed_again_is_handed_back_again() -> None:
-    command = [sys.executable, "-c", REUSE_AFTER_TRIM]
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
-        assert process.stdin is not None and process.stdout is not None
-        try:
-            trimmed, reused = int(process.stdout.readline()), int(process.stdout.readline())
-            lowest = reused
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and lowest > trimmed + 3:
-                time.sleep(0.2)
-                process.stdin.write("\n")
-                process.stdin.flush()
-                lowest = min(lowest, int(process.stdout.readline()))
-        finally:
-            process.kill()
+    (trimmed, reused), lowest = watch_rss(REUSE_AFTER_TRIM, first=2, enough=lambda f, low: low <= f[0] + 3)
     assert reused >= trimmed + 8, f"the reuse did not show: {trimmed} -> {reused} MB"
     assert lowest <= trimmed + 3, f"RSS {trimmed} MB trimmed, {reused} MB reused, {lowest} MB at the lowest"
 
