@@ -18,25 +18,39 @@ import pytest
 from gpulens.infra.clickhouse.engine import LIBRARY
 from gpulens.tuning import _glibc
 
-# A process that fills its heap with ~400 MB of 1-2 KB objects, frees nine in ten (the tenth
-# keeps every stretch of the heap in use, as a few live records do) and prints its RSS in MB
-# until told to stop: once when freed, then whenever asked.
-FREE_NINE_IN_TEN = """
+# What the processes below share: their RSS in MB, and a heap filled with ~400 MB of 1-2 KB
+# objects of which nine in ten are freed (the tenth keeps every stretch of the heap in use, as a
+# few live records do).
+RSS = """
 import sys, time
 from gpulens.tuning import hand_back_freed_memory
 def rss():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS'):
             return int(line.split()[1]) // 1024
-if sys.argv[1] == 'trim':
-    assert hand_back_freed_memory(every_s=0.1, from_bytes=16 << 20)
+"""
+FILL_AND_FREE_NINE_IN_TEN = """
 held = [bytes(1024 + i % 1024) for i in range(300_000)]
 kept = held[::10]
 del held
-print(rss(), flush=True)
+"""
+ANSWER_WHEN_ASKED = """
 for line in sys.stdin:
     print(rss(), flush=True)
 """
+
+# A process that fills and frees, trimming or not, and prints its RSS once when freed, then
+# whenever asked.
+FREE_NINE_IN_TEN = (
+    RSS
+    + """
+if sys.argv[1] == 'trim':
+    assert hand_back_freed_memory(every_s=0.1, from_bytes=16 << 20)
+"""
+    + FILL_AND_FREE_NINE_IN_TEN
+    + "print(rss(), flush=True)\n"
+    + ANSWER_WHEN_ASKED
+)
 
 
 glibc_only = pytest.mark.skipif(_glibc() is None, reason="malloc_trim is glibc's")
@@ -86,17 +100,11 @@ def test_freed_heap_memory_is_handed_back_to_the_system() -> None:
 # A process whose freed heap was handed back, then reuses part of it (24 MB: its free total moves
 # less than the 32 MB a trim waits for) and frees that again; it prints its RSS in MB before the
 # reuse, while the reused memory is held, and then whenever asked.
-REUSE_AFTER_TRIM = """
-import sys, time
-from gpulens.tuning import hand_back_freed_memory
-def rss():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmRSS'):
-            return int(line.split()[1]) // 1024
-assert hand_back_freed_memory(every_s=0.1, from_bytes=32 << 20)
-held = [bytes(1024 + i % 1024) for i in range(300_000)]
-kept = held[::10]
-del held
+REUSE_AFTER_TRIM = (
+    RSS
+    + "assert hand_back_freed_memory(every_s=0.1, from_bytes=32 << 20)\n"
+    + FILL_AND_FREE_NINE_IN_TEN
+    + """
 freed, deadline = rss(), time.monotonic() + 10
 while rss() > freed / 2 and time.monotonic() < deadline:
     time.sleep(0.1)
@@ -105,9 +113,9 @@ print(rss(), flush=True)
 again = [bytes(1024 + i % 1024) for i in range(16_000)]
 print(rss(), flush=True)
 del again
-for line in sys.stdin:
-    print(rss(), flush=True)
 """
+    + ANSWER_WHEN_ASKED
+)
 
 
 @glibc_only

@@ -307,8 +307,9 @@ class NativeSampleDecoder:
                 named = known
             else:
                 names[named[2]] = named
+            cluster, source, node, gpus = named
             out[index] = SampleColumns(
-                fields[0][at], named[0], times[at], named[1], named[2], named[3],
+                fields[0][at], cluster, times[at], source, node, gpus,
                 utilizations[first:last], memories[first:last], values[index], codec, topic,
             )  # fmt: skip
         return out
