@@ -11,12 +11,13 @@ records; a log written before, one record per key, restores with them in log ord
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from gpulens.pipeline.checkpointing import encode_key, pack, unpack
-from gpulens.schemas.kafka.state_log import FIRST_SPAN, SNAPSHOT_MARKER, StateLog
+from gpulens.pipeline.checkpointing import Checkpoint, encode_key, pack, unpack
+from gpulens.schemas.kafka.state_log import BATCH, FIRST_SPAN, SNAPSHOT_MARKER, StateLog
 
 
 def test_a_snapshot_cut_short_is_passed_over_and_every_newest_value_comes_back(platform, unique) -> None:
@@ -51,12 +52,12 @@ def test_a_snapshot_cut_short_is_passed_over_and_every_newest_value_comes_back(p
     assert restored.records_read <= FIRST_SPAN < history, "read from near the snapshot, not the history"
 
 
-def _snapshot_markers(kafka, topic: str) -> list[int]:
-    """Offsets of the committed snapshot markers on ``topic``, read from its low watermark."""
+def _committed(kafka, topic: str) -> Iterator[Message]:
+    """The committed records of ``topic``, from its low watermark to its end."""
     reader = Consumer(
         kafka.librdkafka(
             **{
-                "group.id": f"{topic}-markers",
+                "group.id": f"{topic}-reader",
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
             }
@@ -64,17 +65,20 @@ def _snapshot_markers(kafka, topic: str) -> list[int]:
     )
     try:
         reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        markers: list[int] = []
         while True:
             message = reader.poll(10)
             assert message is not None, f"{topic}: no end of partition within 10 s"
             if message.error() is not None:
                 assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                return markers
-            if message.key() == SNAPSHOT_MARKER:
-                markers.append(message.offset())
+                return
+            yield message
     finally:
         reader.close()
+
+
+def _snapshot_markers(kafka, topic: str) -> list[int]:
+    """Offsets of the committed snapshot markers on ``topic``."""
+    return [message.offset() for message in _committed(kafka, topic) if message.key() == SNAPSHOT_MARKER]
 
 
 def _low_watermark(kafka, topic: str) -> int:
@@ -215,3 +219,64 @@ def test_a_log_of_plain_records_restores_with_the_batches_written_after_it_in_lo
     packed({("run", "c", "gpu-3"): None})
     assert producer.flush(30) == 0
     assert restored() == live
+
+
+class _Counters:
+    """A worker part of ``n`` keys, every one of which changes at every cycle."""
+
+    def __init__(self, n: int) -> None:
+        self.values: dict[tuple[str, str], int] = {("count", f"k{i}"): 0 for i in range(n)}
+        self._changed: set[tuple[str, str]] = set()
+
+    def bump(self) -> None:
+        self.values = {key: value + 1 for key, value in self.values.items()}
+        self._changed = set(self.values)
+
+    def changed(self) -> set[tuple[str, str]]:
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def live(self) -> list[tuple[str, str]]:
+        return list(self.values)
+
+    def dump(self, key: tuple[str, str]) -> int | None:
+        return self.values.get(key)
+
+    def load(self, key: tuple[str, ...], value: int) -> None:
+        self.values[(key[0], key[1])] = value
+
+
+def _entries(kafka, topic: str) -> int:
+    """Entries on ``topic``, batches unpacked, snapshot markers left out."""
+    return sum(
+        sum(1 for _ in unpack(message.value())) if message.key().startswith(BATCH) else 1
+        for message in _committed(kafka, topic)
+        if not message.key().startswith(SNAPSHOT_MARKER)
+    )
+
+
+def _checkpoint(kafka, group: str, part: _Counters, transactional_id: str) -> Checkpoint:
+    producer = Producer(kafka.producer(**{"transactional.id": transactional_id}))
+    producer.init_transactions(30)
+    consumer = Consumer(kafka.librdkafka(**{"group.id": group}))
+    return Checkpoint(kafka, producer, consumer, group_id=group, parts={"counters": part})
+
+
+def test_a_cycle_that_changes_every_live_key_writes_each_once_as_the_snapshot(platform, unique) -> None:
+    """Where every key changes at every cycle (the per-workload usage at 100,000 GPUs), a due
+    snapshot holds the cycle's changes: written in their place, not after them."""
+    group = f"every-key-{unique}"
+    topic = f"gpulens.worker.{group}.counters.changelog"
+    # compact only: the broker refuses the cuts, so the whole log stays to be counted
+    admin = AdminClient(platform.kafka.librdkafka())
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(30)
+    part = _Counters(12_000)
+    checkpoint = _checkpoint(platform.kafka, group, part, f"{group}-writer")
+    for _ in range(3):
+        checkpoint.begin()
+        part.bump()
+        checkpoint.commit([])
+    assert _entries(platform.kafka, topic) == 3 * 12_000, "each cycle: its 12,000 keys, once"
+    restored = _Counters(0)
+    assert _checkpoint(platform.kafka, group, restored, f"{group}-restorer").restore() == 12_000
+    assert restored.values == part.values

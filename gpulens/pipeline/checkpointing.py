@@ -224,12 +224,14 @@ class Checkpoint:
         """
         for name, part in self._parts.items():
             state_log = self._logs[name]
-            self.written += state_log.append_packed(self._producer, pack(_dumped(part, part.changed())))
-            if state_log.snapshot_possible():  # listing every live key each cycle would cost
+            changed = part.changed()
+            if state_log.snapshot_possible(len(changed)):  # listing every live key each cycle would cost
                 live = list(part.live())
-                if state_log.snapshot_due(len(live)):
+                if state_log.snapshot_due(len(live), len(changed)):  # it holds the changes too
                     state_log.snapshot_packed(self._producer, partial(_packed_live, part, live), len(live))
                     self.written += len(live)
+                    continue
+            self.written += state_log.append_packed(self._producer, pack(_dumped(part, changed)))
         if offsets:
             group = self._consumer.consumer_group_metadata()
             self._transactional(

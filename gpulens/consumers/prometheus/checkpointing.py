@@ -153,17 +153,25 @@ class ExporterCheckpoint:
     def _write(self, state: LatestState, offsets: dict[Partition, int]) -> int:
         moved = {p: o for p, o in offsets.items() if self._offsets.get(p) != o}
         self._offsets.update(moved)
-        entries = [*self._rows(state, state.changed()), *_offset_entries(moved)]
-        written = self._log.append(self._producer, entries)
-        if self._log.snapshot_possible():  # listing every live series each time would cost
-            live = state.live()
-            count = len(live) + len(self._offsets)
-            if self._log.snapshot_due(count):
-                self._log.snapshot(self._producer, lambda: self._everything(state, live), count)
-                written += count
+        changed = state.changed()
+        written = self._snapshot_if_due(state, len(changed) + len(moved))
+        if written is None:
+            written = self._log.append(self._producer, [*self._rows(state, changed), *_offset_entries(moved)])
         self._flushed()
         self.written += written
         return written
+
+    def _snapshot_if_due(self, state: LatestState, changes: int) -> int | None:
+        """Write a snapshot in place of ``changes`` entries where one is due (it holds them);
+        the records written, None where none is due."""
+        if not self._log.snapshot_possible(changes):  # listing every live series each time would cost
+            return None
+        live = state.live()
+        count = len(live) + len(self._offsets)
+        if not self._log.snapshot_due(count, changes):
+            return None
+        self._log.snapshot(self._producer, lambda: self._everything(state, live), count)
+        return count
 
     def _flushed(self) -> None:
         """Wait for the broker to have every record written, then cut the log behind its newest

@@ -8,9 +8,12 @@ reads about ``live size + changes since the snapshot`` records however long the 
 - on Apache Kafka compaction also removes superseded records, but the restore does not rely
   on it: noida-db, the embedded broker, never compacts (measured: 300,000 writes over 100
   keys read back as 300,000 records 20 s later);
-- a snapshot is written once the changes since the previous one outnumber the live entries
-  (and at least ``min_between`` records), so the log's unread tail stays within about twice
-  the live size plus one cycle;
+- a snapshot is written once the changes since the previous one, with those about to be
+  written, outnumber the live entries (and at least ``min_between`` records), so the log's
+  unread tail stays within about twice the live size. A snapshot holds every live value, so
+  it is written *instead of* that write's changes: where every key changes at every write (the
+  worker's per-workload usage at 100,000 GPUs), each write was the changes and then a snapshot
+  of the same keys, twice the records;
 - the newest complete snapshot is found by reading the partition backwards in growing spans
   from its end, so nothing older than it is read. A snapshot is complete once its closing
   marker follows its entries: a writer without transactions (the exporter) killed in the
@@ -144,16 +147,18 @@ class StateLog:
         self._since_snapshot += written
         return written
 
-    def snapshot_possible(self) -> bool:
-        """Whether enough was appended since the last snapshot for one to be due at all: at
-        least ``min_between`` entries, and the live count :meth:`snapshot_due` was last told
-        (live sizes move slowly; counting 50,000 live keys at every cycle cost the worker 5 %)."""
-        return self._since_snapshot >= max(self._min_between, self._live_told)
+    def snapshot_possible(self, changes: int = 0) -> bool:
+        """Whether enough was appended since the last snapshot, with ``changes`` entries about to
+        be, for one to be due at all: at least ``min_between`` entries, and the live count
+        :meth:`snapshot_due` was last told (live sizes move slowly; counting 50,000 live keys at
+        every cycle cost the worker 5 %)."""
+        return self._since_snapshot + changes >= max(self._min_between, self._live_told)
 
-    def snapshot_due(self, live: int) -> bool:
-        """Whether the changes since the last snapshot outnumber the ``live`` entries."""
+    def snapshot_due(self, live: int, changes: int = 0) -> bool:
+        """Whether the changes since the last snapshot, with ``changes`` entries about to be
+        written, outnumber the ``live`` entries: write a snapshot then, instead of those changes."""
         self._live_told = live
-        return self._since_snapshot >= max(live, self._min_between)
+        return self._since_snapshot + changes >= max(live, self._min_between)
 
     def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
         """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
