@@ -20,9 +20,16 @@ NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0
 
 
-def started(clock: ManualClock, *sources: str, lateness_ms: int = 0) -> EventClocks:
+def started(
+    clock: ManualClock, *sources: str, lateness_ms: int = 0, wall_clock: ManualClock | None = None
+) -> EventClocks:
     """Clocks of cluster ``c`` whose ``sources`` have spoken, past the start's wait."""
-    clocks = EventClocks(source_timeout_s=TIMEOUT, allowed_lateness_ms=lateness_ms, clock=clock)
+    clocks = EventClocks(
+        source_timeout_s=TIMEOUT,
+        allowed_lateness_ms=lateness_ms,
+        clock=clock,
+        **({} if wall_clock is None else {"wall_clock": wall_clock}),
+    )
     for source in sources:
         clocks.heard("c", source)
     clock.now += TIMEOUT
@@ -90,6 +97,24 @@ def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_befor
     assert asked and asked[0] >= 50_000 + CLOCK_SKEW_MS, "the bound leaves room for the clocks' skew"
     clocks.settle({NODES: 40, PODS: 60})
     assert clocks.limit("c") == 1_000, "not the whole backlog: only what came before it"
+
+
+@pytest.mark.parametrize(("read_at_s", "asked"), [(52.999, False), (53.0, True)])
+def test_the_broker_is_asked_by_time_only_once_the_skew_allowance_has_passed(
+    read_at_s: float, asked: bool
+) -> None:
+    """A watermark produced at 50 s bounds its barrier by records stamped from 53 s on (the
+    skew allowance, rounded up to a second): none exists before then, so a worker reading it
+    sooner (keeping up) takes the end offsets without asking the broker."""
+    wall = ManualClock()
+    clocks = started(ManualClock(), "agent", wall_clock=wall)
+    wall.now = read_at_s
+    clocks.watermark("c", "agent", 1_000, final=False, produced_ms=50_000)
+    questions: list[int] = []
+    clocks.barrier({NODES: 5, PODS: 7}, lambda ms: questions.append(ms) or {NODES: 5, PODS: 7})
+    assert questions == ([53_000] if asked else [])
+    clocks.settle({NODES: 5, PODS: 7})
+    assert clocks.limit("c") == 1_000
 
 
 def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() -> None:

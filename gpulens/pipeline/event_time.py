@@ -13,7 +13,9 @@ Rules, per cluster:
   read, lowered, where the broker can tell, to the first offset stamped ``CLOCK_SKEW_MS`` after
   the watermark itself was produced (its source stamped its earlier records before it). So a
   worker catching up on a backlog releases as it reads, instead of holding everything read
-  until the backlog's end: memory follows the skew allowance, not the backlog.
+  until the backlog's end: memory follows the skew allowance, not the backlog. The broker is
+  asked only once that instant has passed by the worker's clock: before it, nothing is stamped
+  there, and a worker keeping up spent 10 % of its wall time on the question at 100,000 GPUs.
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source none of whose
   watermarks has taken effect yet holds the cluster back entirely while its first watermark
@@ -197,10 +199,13 @@ class EventClocks:
         source_timeout_s: float = 10.0,
         allowed_lateness_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.source_timeout_s = source_timeout_s
         self.allowed_lateness_ms = allowed_lateness_ms
         self._clock = clock
+        self._wall_clock = wall_clock
+        """Epoch seconds, compared with producers' timestamps (:meth:`barrier`)."""
         self._clusters: dict[str, _Cluster] = {}
         self._waiting: dict[tuple[str, str], tuple[_Cluster, _Source]] = {}
         """Sources with watermarks waiting for their barrier: what :meth:`settle` visits."""
@@ -282,12 +287,16 @@ class EventClocks:
         self._asked_at = self._clock()
         shared = dict(ends)
         lowered: dict[int, dict[Partition, int]] = {}
+        now_ms = self._wall_clock() * 1000
         for pending in self._unasked:
             if stamped_from is None or pending.produced_ms is None:
                 pending.barrier = shared
                 continue
             # one question per second of produce time: a later bound is only safer
             second = (pending.produced_ms + CLOCK_SKEW_MS) // 1000 * 1000 + 1000
+            if second > now_ms:  # nothing is stamped there yet: the ends are the bound (a worker
+                pending.barrier = shared  # keeping up asked for nothing: 10 % of its wall time)
+                continue
             barrier = lowered.get(second)
             if barrier is None:
                 found = stamped_from(second)
