@@ -73,7 +73,10 @@ def main() -> None:
         offset += heard_per_step + marks_per_step
         ends = dict.fromkeys(partitions, offset)
         if clocks.wants_barrier:
-            clocks.barrier(ends, lambda _ms, ends=ends: ends)
+            asked: list[int] = []
+            clocks.barrier(ends, asked.append)
+            for at_ms in asked:  # the broker's answers, as the worker hands them over
+                clocks.lower(at_ms, ends)
         clocks.settle(ends)
         clocks.limit("c")
         clocks.ended("c")

@@ -84,17 +84,16 @@ def test_end_offsets_are_asked_for_at_most_twice_a_second_and_shared_by_the_wate
 
 def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_before_it() -> None:
     """Catching up, the watermarks are read long before the data: each takes effect once the
-    partitions are fetched to where records stamped after it (plus the clock skew) begin."""
+    partitions are fetched to where records stamped after it (plus the clock skew) begin, as
+    soon as the broker, asked in the background, has said where that is."""
     clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
     asked: list[int] = []
-
-    def stamped_from(ms: int) -> dict:
-        asked.append(ms)
-        return {NODES: 40, PODS: 60}  # where records stamped at ``ms`` or later begin
-
-    clocks.barrier({NODES: 5_000, PODS: 9_000}, stamped_from)  # the backlog's end
+    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append)  # the backlog's end
     assert asked and asked[0] >= 50_000 + CLOCK_SKEW_MS, "the bound leaves room for the clocks' skew"
+    clocks.settle({NODES: 40, PODS: 60})
+    assert clocks.limit("c") < 1_000, "until the broker answers, the end offsets are the barrier"
+    clocks.lower(asked[0], {NODES: 40, PODS: 60})  # where records stamped from then begin
     clocks.settle({NODES: 40, PODS: 60})
     assert clocks.limit("c") == 1_000, "not the whole backlog: only what came before it"
 
@@ -111,18 +110,36 @@ def test_the_broker_is_asked_by_time_only_once_the_skew_allowance_has_passed(
     wall.now = read_at_s
     clocks.watermark("c", "agent", 1_000, final=False, produced_ms=50_000)
     questions: list[int] = []
-    clocks.barrier({NODES: 5, PODS: 7}, lambda ms: questions.append(ms) or {NODES: 5, PODS: 7})
+    clocks.barrier({NODES: 5, PODS: 7}, questions.append)
     assert questions == ([53_000] if asked else [])
     clocks.settle({NODES: 5, PODS: 7})
-    assert clocks.limit("c") == 1_000
+    assert clocks.limit("c") == 1_000, "the end offsets seen after it are its barrier meanwhile"
 
 
 def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() -> None:
     clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
-    clocks.barrier({NODES: 5, PODS: 7}, lambda _ms: {PODS: 900})  # nothing stamped later in nodes
+    asked: list[int] = []
+    clocks.barrier({NODES: 5, PODS: 7}, asked.append)
+    clocks.lower(asked[0], {PODS: 900})  # nothing stamped later in nodes
     clocks.settle({NODES: 5, PODS: 7})
     assert clocks.limit("c") == 1_000
+
+
+def test_watermarks_of_one_second_of_produce_time_share_one_question_and_its_answer() -> None:
+    """Thousands of agents' watermarks produced within a second: the broker is asked once."""
+    clock = ManualClock()
+    clocks = started(clock, "a", "b")
+    asked: list[int] = []
+    clocks.watermark("c", "a", 1_000, final=False, produced_ms=50_100)
+    clocks.barrier({NODES: 500, PODS: 700}, asked.append)
+    clock.now += BARRIER_EVERY_S
+    clocks.watermark("c", "b", 1_000, final=False, produced_ms=50_900)
+    clocks.barrier({NODES: 800, PODS: 900}, asked.append)
+    assert asked == [53_000], "one question for both, still in flight at the second barrier"
+    clocks.lower(53_000, {NODES: 40, PODS: 60})
+    clocks.settle({NODES: 40, PODS: 60})
+    assert clocks.time("c") == 1_000, "both barriers came down to the answer"
 
 
 def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> None:

@@ -14,8 +14,9 @@ Rules, per cluster:
   the watermark itself was produced (its source stamped its earlier records before it). So a
   worker catching up on a backlog releases as it reads, instead of holding everything read
   until the backlog's end: memory follows the skew allowance, not the backlog. The broker is
-  asked only once that instant has passed by the worker's clock: before it, nothing is stamped
-  there, and a worker keeping up spent 10 % of its wall time on the question at 100,000 GPUs.
+  asked in the background, the end offsets standing until it answers, and only once that
+  instant has passed by the worker's clock (before it, nothing is stamped there): asked in
+  line, the question took 10-20 % of the worker's wall time at 100,000 GPUs.
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source none of whose
   watermarks has taken effect yet holds the cluster back entirely while its first watermark
@@ -211,6 +212,9 @@ class EventClocks:
         """Sources with watermarks waiting for their barrier: what :meth:`settle` visits."""
         self._unasked: list[_Pending] = []
         """Watermarks without a barrier yet."""
+        self._lowering: dict[int, list[_Pending]] = {}
+        """Watermarks whose barrier waits for the broker's answer to a question by time, per
+        instant asked about (:meth:`lower`)."""
         self._asked_at = -math.inf
         """Wall time of the last barrier (end offsets are asked for at most every BARRIER_EVERY_S)."""
         self._moved: set[tuple[str, str]] = set()
@@ -276,35 +280,44 @@ class EventClocks:
         the worker should observe end offsets."""
         return bool(self._unasked) and self._clock() - self._asked_at >= BARRIER_EVERY_S
 
-    def barrier(
-        self,
-        ends: Mapping[Partition, int],
-        stamped_from: Callable[[int], Mapping[Partition, int]] | None = None,
-    ) -> None:
-        """End offsets of every input partition, observed after the watermarks read so far;
-        ``stamped_from(ms)``: per partition, the first offset stamped at ``ms`` or later (absent
-        where the broker cannot tell)."""
+    def barrier(self, ends: Mapping[Partition, int], ask: Callable[[int], None] | None = None) -> None:
+        """End offsets of every input partition, observed after the watermarks read so far: their
+        barrier. ``ask(ms)``: have the broker say where each partition's records stamped at
+        ``ms`` or later begin, in the background; its answer, given to :meth:`lower`, brings
+        these barriers down (until then the ends stand, which is sound, only later)."""
         self._asked_at = self._clock()
         shared = dict(ends)
-        lowered: dict[int, dict[Partition, int]] = {}
         now_ms = self._wall_clock() * 1000
         for pending in self._unasked:
-            if stamped_from is None or pending.produced_ms is None:
-                pending.barrier = shared
+            pending.barrier = shared
+            if ask is None or pending.produced_ms is None:
                 continue
             # one question per second of produce time: a later bound is only safer
             second = (pending.produced_ms + CLOCK_SKEW_MS) // 1000 * 1000 + 1000
-            if second > now_ms:  # nothing is stamped there yet: the ends are the bound (a worker
-                pending.barrier = shared  # keeping up asked for nothing: 10 % of its wall time)
+            if second > now_ms:  # nothing is stamped there yet: a worker keeping up asks nothing
                 continue
-            barrier = lowered.get(second)
-            if barrier is None:
-                found = stamped_from(second)
-                barrier = lowered[second] = {
-                    p: min(end, found[p]) if p in found else end for p, end in shared.items()
-                }
-            pending.barrier = barrier
+            lowering = self._lowering.get(second)
+            if lowering is None:
+                lowering = self._lowering[second] = []
+                ask(second)
+            lowering.append(pending)
         self._unasked = []
+
+    def lower(self, at_ms: int, stamped_from: Mapping[Partition, int]) -> None:
+        """The broker's answer to ``ask(at_ms)`` (:meth:`barrier`): per partition, the first offset
+        stamped at ``at_ms`` or later (absent where it cannot tell; empty if it did not answer).
+        The barriers of the watermarks that wait for it come down to it."""
+        lowered: dict[int, dict[Partition, int]] = {}
+        for pending in self._lowering.pop(at_ms, []):
+            barrier = pending.barrier
+            if barrier is None:  # never: a watermark waits here with the ends as its barrier
+                continue
+            down = lowered.get(id(barrier))  # shared barriers stay shared (settle checks each once)
+            if down is None:
+                down = lowered[id(barrier)] = {
+                    p: min(end, stamped_from[p]) if p in stamped_from else end for p, end in barrier.items()
+                }
+            pending.barrier = down
 
     def settle(self, fetched: Mapping[Partition, int]) -> None:
         """Apply the watermarks whose barrier the consumer has fetched up to (next offsets)."""

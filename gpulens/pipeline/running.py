@@ -43,7 +43,9 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -51,12 +53,14 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_CREATE_TIME,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from gpulens.pipeline.alignment import Alignment
@@ -233,6 +237,10 @@ class StreamWorker:
         self._dlq = DeadLetterPublisher(self._producer, codec, consumer=options.group_id)
         self._last_ms: dict[tuple[str, int], int] = {}
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
+        self._admin = AdminClient(kafka.librdkafka())
+        """Asks offsets by time in the background (:meth:`_ask_stamped_from`)."""
+        self._asked_by_time: deque[tuple[int, dict[TopicPartition, Future[ListOffsetsResultInfo]]]] = deque()
+        """Questions by time in flight, oldest first: the instant asked about, an answer per partition."""
         self._merges: dict[str, EventTimeMerge[Input]] = {}
         self._clocks = EventClocks(
             source_timeout_s=options.source_timeout_s, allowed_lateness_ms=options.allowed_lateness_ms
@@ -349,15 +357,33 @@ class StreamWorker:
             return None
         return ends
 
-    def _stamped_from(self, at_ms: int) -> dict[tuple[str, int], int]:
-        """Per input partition, the first offset stamped at ``at_ms`` or later (where there is one)."""
-        asked = [TopicPartition(t, p, at_ms) for t, p in self._ends.since]
+    def _ask_stamped_from(self, at_ms: int) -> None:
+        """Ask the broker, in the background, where each input partition's records stamped at
+        ``at_ms`` or later begin (:meth:`_lower_barriers` hands the answer to the clocks)."""
+        wanted = {TopicPartition(t, p): OffsetSpec.for_timestamp(at_ms) for t, p in self._ends.since}
         try:
-            found = self._consumer.offsets_for_times(asked, timeout=5)
+            answers = self._admin.list_offsets(
+                wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5
+            )
         except KafkaException as err:  # the end offsets alone still make a sound barrier
             log.warning("offsets by time unavailable (%s): barriers wait for the end offsets", err)
-            return {}
-        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+            answers = {}
+        self._asked_by_time.append((at_ms, answers))
+
+    def _lower_barriers(self) -> None:
+        """Give the clocks the broker's answers to the questions by time that have come back."""
+        while self._asked_by_time and all(f.done() for f in self._asked_by_time[0][1].values()):
+            at_ms, answers = self._asked_by_time.popleft()
+            found = {}
+            for partition, answer in answers.items():
+                try:
+                    offset = answer.result().offset
+                except KafkaException as err:  # that partition's end offset stands
+                    log.debug("offset by time of %s/%d: %s", partition.topic, partition.partition, err)
+                    continue
+                if offset >= 0:
+                    found[(partition.topic, partition.partition)] = offset
+            self._clocks.lower(at_ms, found)
 
     def _partitions(self) -> list[TopicPartition]:
         metadata = retry_transient(
@@ -404,7 +430,8 @@ class StreamWorker:
         self._idle.tick()
         ends = self._end_offsets() if self._clocks.wants_barrier else None
         if ends is not None:
-            self._clocks.barrier(ends, self._stamped_from)
+            self._clocks.barrier(ends, self._ask_stamped_from)
+        self._lower_barriers()
         self._clocks.settle(self._fetched)
         for cluster, merge in list(self._merges.items()):
             items = self._released = merge.release(self._clocks.limit(cluster))
