@@ -45,7 +45,9 @@ class GpuHolders:
     """GPU id -> holding pod, for one cluster."""
 
     _holders: dict[str, PodRef] = field(default_factory=dict)
-    _containers: dict[ContainerKey, set[str]] = field(default_factory=dict)
+    _containers: dict[ContainerKey, tuple[str, ...]] = field(default_factory=dict)
+    """Each container's GPUs, sorted: a tuple (104 bytes for 8 GPUs) where a set took 728, for
+    25,000 containers at 100,000 GPUs in each of two operators."""
     _held_by: dict[str, ContainerKey] = field(default_factory=dict)
     """GPU -> the container whose event made its holder (the module docstring)."""
     _unplaced: set[str] = field(default_factory=set)
@@ -80,12 +82,12 @@ class GpuHolders:
         """A container's devices now (none once it is DELETED)."""
         key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
         self.changed.add(("container", *key))
-        for gpu in self._containers.pop(key, set()):
+        for gpu in self._containers.pop(key, ()):
             if self._holders.pop(gpu, None) is not None:
                 self._lose(gpu, key)
         if event.type == ChangeType.DELETED:
             return
-        gpus = {self.gpu(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU}
+        gpus = tuple(sorted({self.gpu(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU}))
         self._containers[key] = gpus
         holder = PodRef(event.pod_uid, event.pod_namespace, event.pod_name)
         for gpu in gpus:
@@ -147,7 +149,7 @@ class GpuHolders:
         gpus = self._containers.get(key)
         if gpus is None:
             return None
-        listed, held_by = sorted(gpus), self._held_by
+        listed, held_by = list(gpus), self._held_by
         held = [gpu for gpu in listed if held_by.get(gpu) == key]
         entry: dict[str, Any] = {"uid": self._holders[held[0]].uid if held else None, "gpus": listed}
         if len(held) < len(gpus):
@@ -164,10 +166,10 @@ class GpuHolders:
         elif key[0] == "container":
             container: ContainerKey = key[1:]  # type: ignore[assignment]
             if isinstance(value, list):  # an older checkpoint's: its GPUs alone
-                self._containers[container] = set(value)
+                self._containers[container] = tuple(sorted(set(value)))
                 self.changed.add(key)  # written again in this form
                 return
-            self._containers[container] = set(value["gpus"])
+            self._containers[container] = tuple(sorted(set(value["gpus"])))
             holder = PodRef(value["uid"], container[1], container[2])
             for gpu in value.get("held", value["gpus"]):
                 self._holders[gpu] = holder
