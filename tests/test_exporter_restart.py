@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from test_exporter import (
     Samples,
     alert,
@@ -38,11 +39,13 @@ from test_exporter import (
     workload_row,
     workload_series,
 )
+from test_state_log import committed_records
 
 from gpulens.consumers.prometheus import PER_GPU_TOPICS, Exporter, ExporterSettings
-from gpulens.consumers.prometheus.checkpointing import state_log_topic
+from gpulens.consumers.prometheus.checkpointing import ExporterCheckpoint, state_log_topic
+from gpulens.consumers.prometheus.state import LatestState
 from gpulens.platform import free_port
-from gpulens.schemas.kafka.state_log import StateLog
+from gpulens.schemas.kafka.state_log import SNAPSHOT_MARKER, StateLog
 from gpulens.schemas.kafka.topic_admin import create_topics, topic_partitions
 from gpulens.schemas.model.models import Alert, AlertState, Record
 from gpulens.schemas.model.topics import (
@@ -402,3 +405,26 @@ def test_scrapes_answer_within_a_second_while_a_large_sample_backlog_is_read(pla
     # measured 0.15-0.8 s at worst on the shared 2-core machine (a ~10 ms render of 1,200 series
     # sharing the GIL with the decoding thread): generous, the point is that none waits for the reading
     assert max(latencies) < 2.0
+
+
+def test_a_write_that_changes_every_series_writes_each_once_as_the_snapshot(platform, codec, unique) -> None:
+    """11,000 node series, every one newer at each write: a due snapshot holds the write's
+    changes, so each write puts every series on the state log once, not as changes and then a
+    snapshot of the same series."""
+    group = f"every-series-{unique}"
+    topic = state_log_topic(group)
+    admin = AdminClient(platform.kafka.librdkafka())
+    # compact only: the broker refuses the cuts, so the whole log stays to be counted
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(30)
+    checkpoint = ExporterCheckpoint(platform.kafka, codec, group_id=group, topics=[NODE_ALLOCATION])
+    state = LatestState()
+    try:
+        for window in range(3):
+            for i in range(11_000):
+                state.apply(node_row("c", f"node-{i}", window, rate=0.5))
+            checkpoint.write(state, {})
+    finally:
+        checkpoint.close()
+    records = committed_records(platform.kafka, topic)
+    entries = sum(1 for record in records if not record.key().startswith(SNAPSHOT_MARKER))
+    assert entries == 3 * 11_000, "each write: its 11,000 series, once"

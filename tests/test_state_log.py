@@ -52,7 +52,7 @@ def test_a_snapshot_cut_short_is_passed_over_and_every_newest_value_comes_back(p
     assert restored.records_read <= FIRST_SPAN < history, "read from near the snapshot, not the history"
 
 
-def _committed(kafka, topic: str) -> Iterator[Message]:
+def committed_records(kafka, topic: str) -> Iterator[Message]:
     """The committed records of ``topic``, from its low watermark to its end."""
     reader = Consumer(
         kafka.librdkafka(
@@ -78,7 +78,8 @@ def _committed(kafka, topic: str) -> Iterator[Message]:
 
 def _snapshot_markers(kafka, topic: str) -> list[int]:
     """Offsets of the committed snapshot markers on ``topic``."""
-    return [message.offset() for message in _committed(kafka, topic) if message.key() == SNAPSHOT_MARKER]
+    records = committed_records(kafka, topic)
+    return [message.offset() for message in records if message.key() == SNAPSHOT_MARKER]
 
 
 def _low_watermark(kafka, topic: str) -> int:
@@ -250,7 +251,7 @@ def _entries(kafka, topic: str) -> int:
     """Entries on ``topic``, batches unpacked, snapshot markers left out."""
     return sum(
         sum(1 for _ in unpack(message.value())) if message.key().startswith(BATCH) else 1
-        for message in _committed(kafka, topic)
+        for message in committed_records(kafka, topic)
         if not message.key().startswith(SNAPSHOT_MARKER)
     )
 
