@@ -16,7 +16,7 @@ Rules, per cluster:
   until the backlog's end: memory follows the skew allowance, not the backlog. The broker is
   asked in the background, the end offsets standing until it answers, and only once that
   instant has passed by the worker's clock (before it, nothing is stamped there): asked in
-  line, the question took 10-20 % of the worker's wall time at 100,000 GPUs.
+  line, the question took 15-16 % of the worker's wall time at 100,000 GPUs.
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source none of whose
   watermarks has taken effect yet holds the cluster back entirely while its first watermark
