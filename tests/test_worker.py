@@ -398,7 +398,9 @@ def test_a_cycle_is_committed_once_old_enough_even_in_a_release(own_platform, ow
         key, value = entity_key(copy.cluster, copy.uid), own_codec.encode(PODS, copy)
         producer.produce(PODS.name, key=key, value=value)
     assert producer.flush(30) == 0
-    options = WorkerOptions(group_id="catch-up", idle_ms=0, cycle_s=1e-9, cycle_records=10**9)
+    options = WorkerOptions(  # cycle_max_s as short: no cycle stretched for its commit's cost
+        group_id="catch-up", idle_ms=0, cycle_s=1e-9, cycle_max_s=1e-9, cycle_records=10**9
+    )
     worker = StreamWorker(settings.kafka, own_codec, [StateOperator()], options)
     before, steps = REGISTRY.get_sample_value("gpulens_worker_cycles_total") or 0.0, 0
     deadline = time.monotonic() + 60
@@ -412,3 +414,49 @@ def test_a_cycle_is_committed_once_old_enough_even_in_a_release(own_platform, ow
     assert worker.processed == pods
     assert steps < pods / 10, "the records came in a few releases"
     assert cycles >= pods, f"{cycles:.0f} cycles committed for {pods} records in {steps} steps"
+
+
+def test_a_cycle_lasts_cycle_s_while_commits_are_cheap_and_stretches_when_they_are_not() -> None:
+    options = WorkerOptions(cycle_s=1.0, commit_share=0.1, cycle_max_s=10.0)
+    assert options.next_cycle_s(0.02) == 1.0, "a 20 ms commit is 2 % of a 1 s cycle"
+    assert options.next_cycle_s(0.3) == pytest.approx(3.0), "a 300 ms commit is a tenth of 3 s"
+    assert options.next_cycle_s(4.0) == 10.0, "never past cycle_max_s"
+
+
+def _cycles_while_streaming(settings, codec: AvroCodec, options: WorkerOptions, seconds: float) -> float:
+    """Cycles a worker commits while a pod reaches it every step or so for ``seconds``."""
+    pod = example_events(options.group_id)[PODS]
+    producer = Producer(settings.kafka.librdkafka())
+    worker = StreamWorker(settings.kafka, codec, [StateOperator()], options)
+    before = REGISTRY.get_sample_value("gpulens_worker_cycles_total") or 0.0
+    deadline, sent = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        copy = pod.model_copy(update={"uid": f"pod-{sent}", "name": f"pod-{sent}"})
+        producer.produce(PODS.name, key=entity_key(copy.cluster, copy.uid), value=codec.encode(PODS, copy))
+        producer.poll(0)
+        sent += 1
+        worker.step(timeout=0.05)
+    cycles = (REGISTRY.get_sample_value("gpulens_worker_cycles_total") or 0.0) - before
+    stopped = threading.Event()
+    stopped.set()
+    worker.run(stopped)  # commits and closes it
+    assert producer.flush(30) == 0 and worker.processed > 0
+    return cycles
+
+
+def test_cycles_stretch_so_that_commits_take_their_share_of_the_worker(own_platform, own_codec) -> None:
+    """Each commit costs about as much whatever the cycle held (at 100,000 GPUs every workload's
+    usage changes every 2 s): under load a cycle lasts its last commit's time / commit_share,
+    up to cycle_max_s. A share no commit can keep within stretches every cycle to the most."""
+    settings, _ = own_platform
+    options = WorkerOptions(group_id="stretched", idle_ms=0, cycle_s=0.05, commit_share=1e-9, cycle_max_s=1.5)
+    cycles = _cycles_while_streaming(settings, own_codec, options, 6.0)
+    assert cycles <= 6.0 / 1.5 + 1, f"{cycles:.0f} cycles in 6 s of 1.5 s cycles"
+    assert REGISTRY.get_sample_value("gpulens_worker_cycle_seconds") == 1.5
+
+
+def test_cycles_last_cycle_s_while_commits_keep_within_their_share(own_platform, own_codec) -> None:
+    settings, _ = own_platform
+    options = WorkerOptions(group_id="cheap", idle_ms=0, cycle_s=0.05, commit_share=1.0, cycle_max_s=1.5)
+    cycles = _cycles_while_streaming(settings, own_codec, options, 6.0)
+    assert cycles >= 6.0 / 1.5 * 3, f"only {cycles:.0f} cycles in 6 s of 0.05 s cycles"

@@ -62,6 +62,9 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--allowed-lateness", setting="allowed_lateness_s", type=click.FloatRange(min=0))
 @_option("--hold", setting="hold_records", type=click.IntRange(min=1))
 @_option("--hold-decoded", setting="hold_decoded", type=click.IntRange(min=0))
+@_option("--cycle", setting="cycle_s", type=click.FloatRange(min=0, max=30.0, min_open=True))
+@_option("--commit-share", setting="commit_share", type=click.FloatRange(min=0, max=1.0, min_open=True))
+@_option("--cycle-max", setting="cycle_max_s", type=click.FloatRange(min=0, max=30.0, min_open=True))
 @_option("--max-ahead", setting="max_ahead_s", type=click.FloatRange(min=1.0))
 @_option("--max-behind", setting="max_behind_s", type=click.FloatRange(min=0.0))
 @_option("--hanging-transaction", setting="hanging_transaction_s", type=click.FloatRange(min=10.0))
@@ -78,9 +81,11 @@ def worker(context: Context, /, **_flags: object) -> None:
     gpulens.alerts.v1, gpulens.changelog.devices.v1 and the compacted gpulens.state.*.v1
     (newest state of every pod, node, inventory, container and workload; with the `latest`
     processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
-    transaction per cycle (exactly once, also across kill -9). Each processor's state goes to
-    gpulens.worker.<group>.<processor>.changelog in the same transaction: a restart restores
-    it and reads on from where the last cycle ended, never from the beginning.
+    transaction per cycle (exactly once, also across kill -9; a cycle lasts --cycle, stretched
+    under load so that commits take about --commit-share of the worker, up to --cycle-max).
+    Each processor's state goes to gpulens.worker.<group>.<processor>.changelog in the same
+    transaction: a restart restores it and reads on from where the last cycle ended, never from
+    the beginning.
 
     Event time advances per cluster by the watermarks its sources publish: the smallest over
     its live sources (a source silent for --source-timeout stops counting), records released
@@ -111,6 +116,9 @@ def worker(context: Context, /, **_flags: object) -> None:
         allowed_lateness_ms=round(pipeline.allowed_lateness_s * 1000),
         hold_records=pipeline.hold_records,
         hold_decoded=pipeline.hold_decoded,
+        cycle_s=pipeline.cycle_s,
+        commit_share=pipeline.commit_share,
+        cycle_max_s=pipeline.cycle_max_s,
         shard=pipeline.shard,
         # Only the embedded noida-db forgets open transactions (gpulens.pipeline.hanging_transactions);
         # elsewhere the broker's coordinator aborts them, and raw requests are not ours to send.

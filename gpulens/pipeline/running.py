@@ -129,6 +129,12 @@ STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerE
 
 RESTORED = Gauge("gpulens_worker_restored_state_keys", "State keys restored from the state logs at start.")
 CYCLES = Counter("gpulens_worker_cycles_total", "Cycles committed (one transaction each).")
+CYCLE_SECONDS = Gauge(
+    "gpulens_worker_cycle_seconds",
+    "How long the current cycle lasts before its commit: cycle_s, stretched under load so that "
+    "commits take about commit_share of the worker.",
+)
+COMMIT_SECONDS = Gauge("gpulens_worker_commit_seconds", "How long the last commit took.")
 RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
 ROWS_OUT = Counter("gpulens_worker_rows_out_total", "Rows published by the worker.", ["topic"])
 BY_COLUMN = Counter(
@@ -175,7 +181,13 @@ class WorkerOptions:
     by one is held as its bytes and decoded again when released (:class:`_AsBytes`); GPU sample
     batches read by column stay as they are."""
     cycle_s: float = 1.0
-    """Longest time between two transaction commits."""
+    """Time between two transaction commits while commits are cheap."""
+    commit_share: float = 0.1
+    """Under load a cycle lasts at least its last commit's time divided by this, so that
+    commits take about this share of the worker: at 100,000 GPUs every workload's usage changes
+    every 2 s, and committing every second took a third of the worker's CPU."""
+    cycle_max_s: float = 10.0
+    """The longest a cycle stretches under load (outputs wait for their cycle's commit)."""
     cycle_records: int = 20_000
     """Records processed plus rows published that fill a cycle (a gap's rows count too)."""
     report_s: float = 10.0
@@ -190,6 +202,11 @@ class WorkerOptions:
     forgot it (noida-db after a SIGKILL) never would. Above librdkafka's default
     ``transaction.timeout.ms`` (60 s), after which Apache Kafka aborts it itself. ``None``: left
     to the broker (a real Kafka's coordinator), and nothing is aborted at restore either."""
+
+    def next_cycle_s(self, commit_s: float) -> float:
+        """How long the cycle after a commit that took ``commit_s`` lasts: :attr:`cycle_s`, or
+        ``commit_s / commit_share`` where that is longer, up to :attr:`cycle_max_s`."""
+        return min(max(self.cycle_s, commit_s / self.commit_share), max(self.cycle_max_s, self.cycle_s))
 
 
 class StreamWorker:
@@ -293,6 +310,8 @@ class StreamWorker:
         self._producer.init_transactions(30)
         self._checkpoint.begin()
         self._pending = 0
+        self._cycle_s = options.cycle_s
+        """How long the current cycle lasts (:meth:`WorkerOptions.next_cycle_s`)."""
         self._peak_buffered = 0
         self._buffered = 0
         """Records held at the end of the last step."""
@@ -466,7 +485,7 @@ class StreamWorker:
         self._alignment.tick(buffered, waiting=self._clocks.starting)
         if self._alignment.paused:
             self._clocks.hold_silence()
-        if self._pending and time.monotonic() - self._cycle_started >= self._options.cycle_s:
+        if self._pending and time.monotonic() - self._cycle_started >= self._cycle_s:
             self._commit(stop=stop)
         return True
 
@@ -476,7 +495,7 @@ class StreamWorker:
         the end of them kept its rows from readers until then (10,000 GPUs: 9 s)."""
         return (
             self._pending >= self._options.cycle_records
-            or time.monotonic() - self._cycle_started >= self._options.cycle_s
+            or time.monotonic() - self._cycle_started >= self._cycle_s
         )
 
     def _report(self) -> None:
@@ -738,13 +757,17 @@ class StreamWorker:
             restart[partition] = min(restart[partition], item.offset)
         moved = self._positions.advance(restart)
         offsets = restart if claim else moved
+        started = time.monotonic()
         self._checkpoint.commit(
             [TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in offsets.items()], stop=stop
         )
         self._checkpoint.begin()
         CYCLES.inc()
         self._pending = 0
-        self._cycle_started = time.monotonic()
+        self._cycle_started = now = time.monotonic()
+        self._cycle_s = self._options.next_cycle_s(now - started)
+        COMMIT_SECONDS.set(now - started)
+        CYCLE_SECONDS.set(self._cycle_s)
         if time.monotonic() - self._reported[0] >= self._options.report_s:
             self._report()  # here, not per step: one step may last long (a catch-up, a gap)
 

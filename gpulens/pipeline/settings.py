@@ -133,6 +133,27 @@ class PipelineSettings(BaseModel):
         "node or inventory) and decoded again when released; 0: every one. GPU sample batches read "
         "by column stay as they are.",
     )
+    cycle_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=30.0,
+        description="Seconds between two commits (one Kafka transaction each: outputs, state changes "
+        "and input offsets) while commits are cheap; outputs become visible at their cycle's commit.",
+    )
+    commit_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1.0,
+        description="Under load a cycle lasts at least its last commit's time divided by this, so that "
+        "commits take about this share of the worker: at 100,000 GPUs every workload's usage "
+        "changes every 2 s, and a commit every second took a third of the worker.",
+    )
+    cycle_max_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=30.0,
+        description="The longest a cycle stretches under load, seconds (below the transaction timeout).",
+    )
     max_ahead_s: float = Field(
         default=86_400.0,
         ge=1.0,
