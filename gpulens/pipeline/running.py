@@ -503,11 +503,12 @@ class StreamWorker:
         rate = (self.processed - before[1]) / max(now - before[0], 1e-9)
         waiting = [f"{t}/{p}" for (t, p), since in self._ends.since.items() if since is None]
         log.info(
-            "processed %d records (%.0f/s), published %d rows, %d buffered%s",
+            "processed %d records (%.0f/s), published %d rows, %d buffered, cycle %.1f s%s",
             self.processed,
             rate,
             self.published,
             sum(m.buffered for m in self._merges.values()),
+            self._cycle_s,
             f", waiting on {', '.join(waiting[:5])}" if waiting else "",
         )
         self._reported = (now, self.processed)
