@@ -184,8 +184,8 @@ class WorkerOptions:
     """Time between two transaction commits while commits are cheap."""
     commit_share: float = 0.1
     """Under load a cycle lasts at least its last commit's time divided by this, so that
-    commits take about this share of the worker: at 100,000 GPUs every workload's usage changes
-    every 2 s, and committing every second took a third of the worker's CPU."""
+    commits take about this share of the worker: at fleet scale every workload's usage changes
+    every 2 s, and committing every second took a third of the worker's CPU at 50,000 GPUs."""
     cycle_max_s: float = 10.0
     """The longest a cycle stretches under load (outputs wait for their cycle's commit)."""
     cycle_records: int = 20_000
