@@ -22,6 +22,10 @@ GROWTH_SHARE = 0.05
 """Lag grows when it rises by more than this share of the group's input rate ..."""
 GROWTH_BEHIND_S = 6.0
 """... and ends more than this many seconds of input behind (batching alone: 2-4 s)."""
+FLOOR_SPAN_S = 10.0
+"""Lag trend and end are taken from its floor, the least lag of each span this long: a group's
+lag is a saw-tooth that drops at each commit, and the worker's cycles stretch under load up to
+its ``cycle_max_s`` (10 s), so a window ending in a long cycle read as growing lag."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +36,14 @@ class Lag:
     end: int
     max: int
     trend: float
-    """Records/s the lag rose by over the steady window (negative: it shrank)."""
+    """Records/s the lag's floor rose by over the steady window (negative: it shrank)."""
     input_rate: float
     """Records/s arriving on the group's partitions over the steady window."""
     consumed_rate: float
     """Records/s the group committed over the steady window."""
+
+    end_floor: int = 0
+    """The least lag of the steady window's last span (:data:`FLOOR_SPAN_S`)."""
 
     @property
     def end_behind_s(self) -> float:
@@ -44,7 +51,8 @@ class Lag:
 
     @property
     def growing(self) -> bool:
-        return self.trend > GROWTH_SHARE * self.input_rate and self.end_behind_s > GROWTH_BEHIND_S
+        floor_behind_s = self.end_floor / self.input_rate if self.input_rate > 0 else 0.0
+        return self.trend > GROWTH_SHARE * self.input_rate and floor_behind_s > GROWTH_BEHIND_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +158,28 @@ def lag_of(
     everything = [e - c for t, (c, e) in points if t <= run_end]
     if not steady:
         return Lag(0, 0, max(everything, default=0), 0.0, 0.0, 0.0)
+    floor = lag_floor([(t, e - c) for t, c, e in steady], FLOOR_SPAN_S)
     return Lag(
         start=steady[0][2] - steady[0][1],
         end=steady[-1][2] - steady[-1][1],
         max=max(everything, default=0),
-        trend=slope((t, e - c) for t, c, e in steady),
+        trend=slope(floor),
         input_rate=slope((t, e) for t, _, e in steady),
         consumed_rate=slope((t, c) for t, c, _ in steady),
+        end_floor=floor[-1][1],
     )
+
+
+def lag_floor(points: Sequence[tuple[float, int]], span_s: float) -> list[tuple[float, int]]:
+    """The least lag of each ``span_s`` of ``points`` (counted back from the last point, so the
+    last span is whole), at the time of that least lag."""
+    spans: dict[int, tuple[int, float]] = {}
+    last = points[-1][0]
+    for t, lag in points:
+        span = math.floor((last - t) / span_s)
+        if span not in spans or lag < spans[span][0]:
+            spans[span] = (lag, t)
+    return sorted((t, lag) for lag, t in spans.values())
 
 
 def processes_of(

@@ -30,8 +30,10 @@ start, when the burst of every node joining is over, to the end of publishing):
   per node) is shown beside it: it is part of the end-to-end figure;
 * **lag** of the worker's and the sink's consumer groups (end offsets minus committed,
   sampled every second): at the start and end of the steady window, the maximum, the trend
-  (least-squares records/s), and how many seconds of input the end lag is. It *grows* when the
-  trend exceeds 5 % of the input rate and the end lag exceeds 6 s of input;
+  (least-squares records/s of the lag's floor, the least lag of each 10 s: lag drops at each
+  commit, and the worker's cycles stretch under load up to 10 s), and how many seconds of input
+  the end lag is. It *grows* when the trend exceeds 5 % of the input rate and the floor of the
+  last 10 s exceeds 6 s of input;
 * **CPU** (user + system seconds over wall seconds of the steady window, % of one core; this
   machine has 2) and **peak RSS** (VmHWM) of each process from ``/proc``, and the most RSS the
   system under test (broker, registry, ClickHouse holder, worker, sink, exporter, retention)
