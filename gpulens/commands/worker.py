@@ -82,7 +82,7 @@ def worker(context: Context, /, **_flags: object) -> None:
     (newest state of every pod, node, inventory, container and workload; with the `latest`
     processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
     transaction per cycle (exactly once, also across kill -9; a cycle lasts --cycle, stretched
-    under load so that commits take about --commit-share of the worker, up to --cycle-max).
+    under load so that commits take about --commit-share of its time, up to --cycle-max).
     Each processor's state goes to gpulens.worker.<group>.<processor>.changelog in the same
     transaction: a restart restores it and reads on from where the last cycle ended, never from
     the beginning.

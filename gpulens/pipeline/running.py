@@ -132,7 +132,7 @@ CYCLES = Counter("gpulens_worker_cycles_total", "Cycles committed (one transacti
 CYCLE_SECONDS = Gauge(
     "gpulens_worker_cycle_seconds",
     "How long the current cycle lasts before its commit: cycle_s, stretched under load so that "
-    "commits take about commit_share of the worker.",
+    "commits take about commit_share of the worker's wall time.",
 )
 COMMIT_SECONDS = Gauge("gpulens_worker_commit_seconds", "How long the last commit took.")
 RECORDS_IN = Counter("gpulens_worker_records_in_total", "Records processed by the worker.", ["topic"])
@@ -184,8 +184,8 @@ class WorkerOptions:
     """Time between two transaction commits while commits are cheap."""
     commit_share: float = 0.1
     """Under load a cycle lasts at least its last commit's time divided by this, so that
-    commits take about this share of the worker: at fleet scale every workload's usage changes
-    every 2 s, and committing every second took a third of the worker's CPU at 50,000 GPUs."""
+    commits take about this share of the worker's wall time: at fleet scale every workload's usage
+    changes every 2 s, and committing every second took a third of the worker's CPU at 50,000 GPUs."""
     cycle_max_s: float = 10.0
     """The longest a cycle stretches under load (outputs wait for their cycle's commit)."""
     cycle_records: int = 20_000
@@ -765,9 +765,10 @@ class StreamWorker:
         self._checkpoint.begin()
         CYCLES.inc()
         self._pending = 0
-        self._cycle_started = now = time.monotonic()
-        self._cycle_s = self._options.next_cycle_s(now - started)
-        COMMIT_SECONDS.set(now - started)
+        self._cycle_started = time.monotonic()
+        commit_s = self._cycle_started - started
+        self._cycle_s = self._options.next_cycle_s(commit_s)
+        COMMIT_SECONDS.set(commit_s)
         CYCLE_SECONDS.set(self._cycle_s)
         if time.monotonic() - self._reported[0] >= self._options.report_s:
             self._report()  # here, not per step: one step may last long (a catch-up, a gap)

@@ -145,7 +145,7 @@ class PipelineSettings(BaseModel):
         gt=0,
         le=1.0,
         description="Under load a cycle lasts at least its last commit's time divided by this, so that "
-        "commits take about this share of the worker: at fleet scale every workload's usage "
+        "commits take about this share of the worker's wall time: at fleet scale every workload's usage "
         "changes every 2 s, and a commit every second took a third of the worker at 50,000 GPUs.",
     )
     cycle_max_s: float = Field(
