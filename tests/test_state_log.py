@@ -11,12 +11,14 @@ records; a log written before, one record per key, restores with them in log ord
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from sink_support import wait_for
 
-from gpulens.pipeline.checkpointing import Checkpoint, encode_key, pack, unpack
+from gpulens.pipeline.checkpointing import Checkpoint, Stateful, encode_key, pack, unpack
 from gpulens.schemas.kafka.state_log import BATCH, FIRST_SPAN, SNAPSHOT_MARKER, StateLog
 
 
@@ -256,7 +258,7 @@ def _entries(kafka, topic: str) -> int:
     )
 
 
-def _checkpoint(kafka, group: str, part: _Counters, transactional_id: str) -> Checkpoint:
+def _checkpoint(kafka, group: str, part: Stateful, transactional_id: str) -> Checkpoint:
     producer = Producer(kafka.producer(**{"transactional.id": transactional_id}))
     producer.init_transactions(30)
     consumer = Consumer(kafka.librdkafka(**{"group.id": group}))
@@ -281,3 +283,104 @@ def test_a_cycle_that_changes_every_live_key_writes_each_once_as_the_snapshot(pl
     restored = _Counters(0)
     assert _checkpoint(platform.kafka, group, restored, f"{group}-restorer").restore() == 12_000
     assert restored.values == part.values
+
+
+class _Fleet:
+    """A worker part with cold keys (``holder``: seldom changed) and hot ones (``usage``: changed
+    at every cycle), all in one state log, as every part was before hot kinds were split off."""
+
+    def __init__(self, cold: int, hot: int) -> None:
+        self.values: dict[tuple[str, str], int] = {("holder", f"c{i}"): 0 for i in range(cold)}
+        self.values.update({("usage", f"h{i}"): 0 for i in range(hot)})
+        self._changed: set[tuple[str, str]] = set(self.values)
+
+    def bump(self, kind: str) -> None:
+        for key in self.values:
+            if key[0] == kind:
+                self.values[key] += 1
+                self._changed.add(key)
+
+    def set(self, key: tuple[str, str], value: int | None) -> None:
+        if value is None:
+            self.values.pop(key, None)
+        else:
+            self.values[key] = value
+        self._changed.add(key)
+
+    def changed(self) -> set[tuple[str, str]]:
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def live(self) -> list[tuple[str, str]]:
+        return list(self.values)
+
+    def dump(self, key: tuple[str, str]) -> int | None:
+        return self.values.get(key)
+
+    def load(self, key: tuple[str, ...], value: int) -> None:
+        self.values[(key[0], key[1])] = value
+
+
+class _SplitFleet(_Fleet):
+    """The same part, its ``usage`` keys checkpointed in a log of their own."""
+
+    hot_kinds = frozenset({"usage"})
+
+
+def _restored(kafka, group: str, part: _Fleet) -> dict[tuple[str, str], int]:
+    """What a fresh checkpoint of ``group`` restores into ``part`` (empty)."""
+    _checkpoint(kafka, group, part, f"{group}-restorer-{time.monotonic_ns()}").restore()
+    return part.values
+
+
+def test_hot_kinds_get_a_log_of_their_own_and_their_snapshots_leave_the_cold_keys_unwritten(
+    platform, unique
+) -> None:
+    group = f"split-{unique}"
+    cold_topic = f"gpulens.worker.{group}.counters.changelog"
+    hot_topic = f"gpulens.worker.{group}.counters.hot.changelog"
+    admin = AdminClient(platform.kafka.librdkafka())
+    for topic in (cold_topic, hot_topic):  # compact only: the cuts are refused, every entry stays counted
+        admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(30)
+    part = _SplitFleet(cold=12_000, hot=12_000)
+    checkpoint = _checkpoint(platform.kafka, group, part, f"{group}-writer")
+    for cycle in range(4):
+        checkpoint.begin()
+        if cycle:
+            part.bump("usage")
+        checkpoint.commit([])
+    assert _entries(platform.kafka, cold_topic) == 12_000, "the cold keys, once: no snapshot rewrote them"
+    assert _entries(platform.kafka, hot_topic) == 4 * 12_000, "each cycle: the 12,000 hot keys, once"
+    assert _restored(platform.kafka, group, _SplitFleet(0, 0)) == part.values
+
+
+def test_a_log_written_before_the_split_restores_whole_and_hands_its_hot_keys_to_the_hot_log(
+    platform, unique
+) -> None:
+    """A cold log written before holds hot keys. They stand until the hot log has a snapshot
+    (the first commit writes one), and then give way to it: a hot key deleted since stays
+    deleted, one never changed since stays, even once a cold snapshot cut them from the cold log."""
+    group = f"upgrade-{unique}"
+    before = _Fleet(cold=10_000, hot=100)
+    old = _checkpoint(platform.kafka, group, before, f"{group}-old")
+    old.begin()
+    old.commit([])  # a snapshot of all 10,100 keys, in one log
+
+    after = _SplitFleet(0, 0)
+    new = _checkpoint(platform.kafka, group, after, f"{group}-new")
+    assert new.restore() == 10_100 and after.values == before.values
+    new.begin()
+    after.set(("usage", "h0"), 7)
+    after.set(("usage", "h1"), None)
+    new.commit([])
+    hot_topic = f"gpulens.worker.{group}.counters.hot.changelog"
+    assert _entries(platform.kafka, hot_topic) == 99, "a snapshot of every live hot key, not 2 changes"
+    assert _restored(platform.kafka, group, _SplitFleet(0, 0)) == after.values  # h1 stays deleted
+
+    cold_topic = f"gpulens.worker.{group}.counters.changelog"
+    new.begin()
+    after.bump("holder")  # 10,000 changes: the cold log's snapshot, of its cold keys only
+    new.commit([])
+    wait_for(lambda: _low_watermark(platform.kafka, cold_topic) > 0, 30, "the cold log cut at its snapshot")
+    assert all(key[0] == "holder" for key in _restored(platform.kafka, group, _Fleet(0, 0)))
+    assert _restored(platform.kafka, group, _SplitFleet(0, 0)) == after.values  # h2..h99 unchanged since

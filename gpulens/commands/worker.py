@@ -83,9 +83,9 @@ def worker(context: Context, /, **_flags: object) -> None:
     processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
     transaction per cycle (exactly once, also across kill -9; a cycle lasts --cycle, stretched
     under load so that commits take about --commit-share of its time, up to --cycle-max).
-    Each processor's state goes to gpulens.worker.<group>.<processor>.changelog in the same
-    transaction: a restart restores it and reads on from where the last cycle ended, never from
-    the beginning.
+    Each processor's state goes to gpulens.worker.<group>.<processor>.changelog (what changes at
+    nearly every cycle to ….<processor>.hot.changelog) in the same transaction: a restart
+    restores it and reads on from where the last cycle ended, never from the beginning.
 
     Event time advances per cluster by the watermarks its sources publish: the smallest over
     its live sources (a source silent for --source-timeout stops counting), records released

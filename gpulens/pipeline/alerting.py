@@ -159,6 +159,10 @@ class _Cluster:
 class AlertDetector(BaseAggregator[_Cluster]):
     """Turns the event streams of clusters into Alert records."""
 
+    hot_kinds = frozenset({"sampled"})
+    """Kinds checkpointed in a state log of their own (every node's last sample time changes at every cycle;
+    :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
+
     def __init__(self, rules: AlertRules) -> None:
         super().__init__()
         self.rules = rules

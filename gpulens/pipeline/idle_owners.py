@@ -151,6 +151,10 @@ class _Cluster:
 class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
     """idle_gpu_hours rows from inventory, container, pod and sample events."""
 
+    hot_kinds = frozenset({"sampled"})
+    """Kinds checkpointed in a state log of their own (every node's last sample time changes at every cycle;
+    :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
+
     def __init__(self, windows: TumblingWindows, rules: IdleRules) -> None:
         super().__init__(windows)
         self.rules = rules

@@ -67,7 +67,8 @@ class Operator(Protocol):
     """Event-time logic the worker runs."""
 
     name: str
-    """Names its state log: ``gpulens.worker.<group>.<name>.changelog``."""
+    """Names its state log: ``gpulens.worker.<group>.<name>.changelog`` (and
+    ``….<name>.hot.changelog``: :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
 
     @property
     def inputs(self) -> tuple[TopicSpec, ...]:

@@ -77,6 +77,10 @@ class _Cluster:
 class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
     """workload_gpu_usage rows from pod, container, inventory and sample events."""
 
+    hot_kinds = frozenset({"usage"})
+    """Kinds checkpointed in a state log of their own (every sampled workload's series changes at every cycle;
+    :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
+
     def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
         :meth:`advance` first hands them over one by one)."""

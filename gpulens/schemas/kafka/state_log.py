@@ -88,6 +88,9 @@ class Restored(Generic[V]):
     records_read: int
     """Records read to get there (the restore's cost)."""
     seconds: float
+    from_snapshot: bool
+    """Whether it started at a complete snapshot (else at the log's start: nothing written
+    before the log's first record can be in it)."""
 
 
 Entries = Iterable[tuple[bytes, bytes | None]]
@@ -113,6 +116,8 @@ class StateLog:
         self._cut_at: int | None = None
         """Offset of the opening marker of a snapshot whose closing marker the broker has too."""
         self._cuts_refused = False
+        self._forced = False
+        """The next write is a snapshot, however few changes preceded it (:meth:`snapshot_next`)."""
         self._batch_ids = itertools.count()
         self._batch_prefix = BATCH + f"{time.time_ns():x}-".encode()
         """Batch keys: unique across incarnations, so compaction never supersedes one."""
@@ -152,13 +157,17 @@ class StateLog:
         be, for one to be due at all: at least ``min_between`` entries, and the live count
         :meth:`snapshot_due` was last told (live sizes move slowly; counting 50,000 live keys at
         every cycle cost the worker 5 %)."""
-        return self._since_snapshot + changes >= max(self._min_between, self._live_told)
+        return self._forced or self._since_snapshot + changes >= max(self._min_between, self._live_told)
+
+    def snapshot_next(self) -> None:
+        """Make the next write a snapshot (until one is written: a restore decides again)."""
+        self._forced = True
 
     def snapshot_due(self, live: int, changes: int = 0) -> bool:
         """Whether the changes since the last snapshot, with ``changes`` entries about to be
         written, outnumber the ``live`` entries: write a snapshot then, instead of those changes."""
         self._live_told = live
-        return self._since_snapshot + changes >= max(live, self._min_between)
+        return self._forced or self._since_snapshot + changes >= max(live, self._min_between)
 
     def snapshot(self, producer: Producer, live: Callable[[], Entries], count: int) -> None:
         """Write a snapshot of the ``count`` live entries (restores start here from now on)."""
@@ -183,6 +192,7 @@ class StateLog:
             producer, self.topic, key=SNAPSHOT_END, value=str(count).encode(), on_delivery=self._end
         )
         self._since_snapshot = 0
+        self._forced = False
 
     def cut(self, admin: AdminClient) -> Future[DeletedRecords] | None:
         """Delete what precedes the newest snapshot the broker has whole; the deletion's future,
@@ -275,7 +285,7 @@ class StateLog:
             if after_snapshot:
                 tail += applied
         self._since_snapshot = tail
-        restored = Restored(entries, len(records), time.monotonic() - started)
+        restored = Restored(entries, len(records), time.monotonic() - started, first is not None)
         log.info(
             "state log %s: %d live entries restored from %d records in %.2f s",
             self.topic,
