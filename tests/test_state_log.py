@@ -224,16 +224,12 @@ def test_a_log_of_plain_records_restores_with_the_batches_written_after_it_in_lo
     assert restored() == live
 
 
-class _Counters:
-    """A worker part of ``n`` keys, every one of which changes at every cycle."""
+class _Part:
+    """A worker part whose state is counters by key."""
 
-    def __init__(self, n: int) -> None:
-        self.values: dict[tuple[str, str], int] = {("count", f"k{i}"): 0 for i in range(n)}
+    def __init__(self, values: dict[tuple[str, str], int]) -> None:
+        self.values = values
         self._changed: set[tuple[str, str]] = set()
-
-    def bump(self) -> None:
-        self.values = {key: value + 1 for key, value in self.values.items()}
-        self._changed = set(self.values)
 
     def changed(self) -> set[tuple[str, str]]:
         changed, self._changed = self._changed, set()
@@ -247,6 +243,17 @@ class _Counters:
 
     def load(self, key: tuple[str, ...], value: int) -> None:
         self.values[(key[0], key[1])] = value
+
+
+class _Counters(_Part):
+    """A worker part of ``n`` keys, every one of which changes at every cycle."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__({("count", f"k{i}"): 0 for i in range(n)})
+
+    def bump(self) -> None:
+        self.values = {key: value + 1 for key, value in self.values.items()}
+        self._changed = set(self.values)
 
 
 def _entries(kafka, topic: str) -> int:
@@ -285,14 +292,14 @@ def test_a_cycle_that_changes_every_live_key_writes_each_once_as_the_snapshot(pl
     assert restored.values == part.values
 
 
-class _Fleet:
+class _Fleet(_Part):
     """A worker part with cold keys (``holder``: seldom changed) and hot ones (``usage``: changed
     at every cycle), all in one state log, as every part was before hot kinds were split off."""
 
     def __init__(self, cold: int, hot: int) -> None:
-        self.values: dict[tuple[str, str], int] = {("holder", f"c{i}"): 0 for i in range(cold)}
+        super().__init__({("holder", f"c{i}"): 0 for i in range(cold)})
         self.values.update({("usage", f"h{i}"): 0 for i in range(hot)})
-        self._changed: set[tuple[str, str]] = set(self.values)
+        self._changed = set(self.values)
 
     def bump(self, kind: str) -> None:
         for key in self.values:
@@ -306,19 +313,6 @@ class _Fleet:
         else:
             self.values[key] = value
         self._changed.add(key)
-
-    def changed(self) -> set[tuple[str, str]]:
-        changed, self._changed = self._changed, set()
-        return changed
-
-    def live(self) -> list[tuple[str, str]]:
-        return list(self.values)
-
-    def dump(self, key: tuple[str, str]) -> int | None:
-        return self.values.get(key)
-
-    def load(self, key: tuple[str, ...], value: int) -> None:
-        self.values[(key[0], key[1])] = value
 
 
 class _SplitFleet(_Fleet):
