@@ -48,6 +48,10 @@ the GPU nodes). ``--find-max`` steps the fleet up by ``--step``
 from ``--start-gpus`` until a size fails and prints the highest one that passed.
 ``--profile worker,sink`` samples those processes with py-spy (installed separately) over the
 steady window and prints their hottest functions. Starts everything itself; never asserts.
+
+The processes run ``python -m gpulens`` in the bench's working directory, which ``-m`` puts
+first on the path: to measure another commit, start the bench inside a worktree of it
+(``PYTHONPATH`` pointing at one from this tree is not enough).
 """
 
 from __future__ import annotations
