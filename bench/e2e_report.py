@@ -106,6 +106,11 @@ class SizeResult:
     :data:`RSS_STEP_S` from the simulator's start."""
     pss_over_time: list[int] = field(default_factory=list)
     """The same for the system's PSS (read every 10 s)."""
+    worker_cycles: int | None = None
+    """Cycles the worker committed over the steady window (its ``gpulens_worker_cycles_total``
+    read at both ends): each is one transaction, and cycles stretch under load."""
+    worker_commit_s: float | None = None
+    """The worker's last commit's time at the end of the steady window (``gpulens_worker_commit_seconds``)."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Per topic, records the retention cap deleted before every group had consumed them (the
     retention job's counter at the end of the run)."""

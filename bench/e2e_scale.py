@@ -38,7 +38,9 @@ start, when the burst of every node joining is over, to the end of publishing):
   machine has 2) and **peak RSS** (VmHWM) of each process from ``/proc``, and the most RSS the
   system under test (broker, registry, ClickHouse holder, worker, sink, exporter, retention)
   held at once; and **RSS over time**: each process's and the system's every 60 s
-  from the simulator's start to the end of publishing.
+  from the simulator's start to the end of publishing;
+* the **worker's cycles**: how many it committed over the steady window and its last commit's
+  time (its /metrics at both ends), since cycles stretch under load.
 
 A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), rows are missing at the
 end, the retention job dropped records a group had not consumed (its cap,
@@ -98,7 +100,7 @@ from gpulens.consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.infra.launching import port_open
 from gpulens.main_job import RETENTION, pipeline_specs
 from gpulens.pipeline.operators import INPUT_ORDER
-from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, manager, private_platform
+from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, free_port, manager, private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.topics import (
     CONTAINERS,
@@ -222,17 +224,23 @@ def _worker_inputs(options: Options) -> list[TopicPartition]:
 
 
 @contextmanager
-def _pipeline(settings: GPULensSettings, config: Path, logs: Path, options: Options) -> Iterator[Processes]:
-    """The worker, the sink and the exporter, started and ready; stopped at the end."""
+def _pipeline(
+    settings: GPULensSettings, config: Path, logs: Path, options: Options, worker_metrics: int
+) -> Iterator[Processes]:
+    """The worker (its /metrics on ``worker_metrics``), the sink and the exporter, started and
+    ready; stopped at the end."""
     processes = Processes(logs)
     gpulens = [sys.executable, "-m", "gpulens", "--config", str(config)]
     try:
         processes.start("sink", [*gpulens, "sink"], ready=processes.logged("sink", "sinking "))
         processes.start(
             "worker",
-            [*gpulens, "worker", "--window", str(options.window_s), "--processors", options.processors],
+            [
+                *gpulens, "worker", "--window", str(options.window_s), "--processors", options.processors,
+                "--metrics-port", str(worker_metrics),
+            ],
             ready=processes.logged("worker", "gpulens.pipeline.running: worker "),
-        )
+        )  # fmt: skip
         if options.exporter:
             exporter = settings.exporter
             processes.start(
@@ -264,8 +272,9 @@ def run_size(gpus: int, options: Options, *, echo: Callable[[str], None] = print
                 for name, service in (("broker", BROKER), ("registry", REGISTRY), ("clickhouse", CLICKHOUSE))
                 if (pid := services.status(service).pid) is not None
             }
-            with _pipeline(settings, tmp / "gpulens.toml", tmp / "logs", options) as processes:
-                _SizeRun(settings, tmp, processes, platform, nodes, options).measure(result)
+            metrics = free_port()
+            with _pipeline(settings, tmp / "gpulens.toml", tmp / "logs", options, metrics) as processes:
+                _SizeRun(settings, tmp, processes, platform, nodes, options, metrics).measure(result)
                 echo(f"   {result.gpus:,} GPUs: {result.verdict}")
     finally:
         if options.keep:
@@ -286,6 +295,8 @@ class _SizeRun:
     """pids of the platform's services."""
     nodes: int
     options: Options
+    worker_metrics: int
+    """The worker's /metrics port."""
 
     def measure(self, result: SizeResult) -> None:
         """Run the simulator while the probes watch, wait for the pipeline to catch up, analyse."""
@@ -310,7 +321,14 @@ class _SizeRun:
         start_s = round(time.time() + lead, 3)
         steady = (start_s + options.warmup_s, start_s + options.duration_s)
         profiler = Profiler(self.tmp / "profiles", rate=options.profile_rate)
-        timers: list[threading.Timer] = []
+        worker_at: list[dict[str, float]] = []
+        """The worker's metrics at the steady window's start and end."""
+        timers = [
+            threading.Timer(max(0.0, at - time.time()), lambda: worker_at.append(self._worker_metrics()))
+            for at in steady
+        ]
+        for timer in timers:
+            timer.start()
         out = self.tmp / "simulator.json"
         try:
             simulator = self.processes.start(
@@ -344,7 +362,22 @@ class _SizeRun:
             for probe in (rows, offsets, sampler):
                 probe.stop()
         result.profiles = profiler.summaries()
+        if len(worker_at) == 2:
+            result.worker_cycles = round(worker_at[1][CYCLES] - worker_at[0][CYCLES])
+            result.worker_commit_s = worker_at[1][COMMIT_SECONDS]
         _analyse(result, sim, sampler, offsets, rows, steady, published_end, options)
+
+    def _worker_metrics(self) -> dict[str, float]:
+        """The worker's cycle counter and last commit's time, from its /metrics."""
+        url = f"http://127.0.0.1:{self.worker_metrics}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name in (CYCLES, COMMIT_SECONDS)
+        }
 
     @staticmethod
     def _drain(rows: RowPoller, offsets: OffsetSampler, expected: int, deadline: float) -> None:
@@ -354,6 +387,10 @@ class _SizeRun:
             if rows.visible >= expected and worker is not None and worker[0] >= worker[1]:
                 return
             time.sleep(0.5)
+
+
+CYCLES, COMMIT_SECONDS = "gpulens_worker_cycles_total", "gpulens_worker_commit_seconds"
+"""The worker's metrics read at the steady window's ends."""
 
 
 def _dropped(settings: GPULensSettings) -> dict[str, int]:
@@ -452,6 +489,13 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             + f"; worker caught up {_after(r.worker_caught_up_after_s)} after publishing ended; "
             f"visibility query p50 {r.poll_query_ms_p50:.0f} ms"
         )
+        if r.worker_cycles:
+            window_s = r.duration_s - options.warmup_s
+            notes += (
+                f"\n  worker: {r.worker_cycles:,} cycles committed in the steady {window_s:g} s "
+                f"({window_s / r.worker_cycles:.1f} s each on average), "
+                f"its last commit {1000 * (r.worker_commit_s or 0):.0f} ms"
+            )
         print(notes)
         for name, points in r.rss_over_time.items():
             print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
