@@ -489,12 +489,12 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             + f"; worker caught up {_after(r.worker_caught_up_after_s)} after publishing ended; "
             f"visibility query p50 {r.poll_query_ms_p50:.0f} ms"
         )
-        if r.worker_cycles:
+        if r.worker_cycles is not None and r.worker_commit_s is not None:  # 0 (stalled) shown too
             window_s = r.duration_s - options.warmup_s
+            each = f" ({window_s / r.worker_cycles:.1f} s each on average)" if r.worker_cycles else ""
             notes += (
-                f"\n  worker: {r.worker_cycles:,} cycles committed in the steady {window_s:g} s "
-                f"({window_s / r.worker_cycles:.1f} s each on average), "
-                f"its last commit {1000 * (r.worker_commit_s or 0):.0f} ms"
+                f"\n  worker: {r.worker_cycles:,} cycles committed in the steady {window_s:g} s{each}, "
+                f"its last commit {1000 * r.worker_commit_s:.0f} ms"
             )
         print(notes)
         for name, points in r.rss_over_time.items():
