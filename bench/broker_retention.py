@@ -35,7 +35,7 @@ from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.topics import CATALOG
 
 GROUP = "bench-retention"
-TOPICS = tuple(t for t in CATALOG if "compact" not in t.cleanup_policy)
+TOPICS = tuple(t for t in CATALOG if not t.compacted)
 
 
 def _proc(pid: int) -> tuple[int, float]:

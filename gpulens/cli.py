@@ -173,9 +173,10 @@ def topics_list(context: Context) -> None:
     for state in describe_topics(context.settings.kafka):
         spec = state.spec
         partitions = str(state.partitions) if state.exists else "missing"
+        kept = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000} d"
         click.echo(
             f"{spec.name:<30} {spec.record.__name__:<16} key cluster/{spec.key_field:<9} "
-            f"partitions {partitions:<8} {spec.cleanup_policy}, {spec.retention_ms // 86_400_000} d"
+            f"partitions {partitions:<8} {spec.cleanup_policy}, {kept}"
         )
 
 

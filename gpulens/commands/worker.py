@@ -68,6 +68,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--max-ahead", setting="max_ahead_s", type=click.FloatRange(min=1.0))
 @_option("--max-behind", setting="max_behind_s", type=click.FloatRange(min=0.0))
 @_option("--hanging-transaction", setting="hanging_transaction_s", type=click.FloatRange(min=10.0))
+@_option("--compaction-min-rows", setting="compaction_min_rows", type=click.IntRange(min=0))
 @_option("--shard", setting="shard", type=ShardType())
 @_option("--metrics-port", setting="metrics_port", type=click.IntRange(1, 65535))
 @_option("--metrics-host", setting="metrics_host")
@@ -83,8 +84,10 @@ def worker(context: Context, /, **_flags: object) -> None:
     processor each node's newest GPU sample batch, for the exporter's per-GPU mode), one Kafka
     transaction per cycle (exactly once, also across kill -9; a cycle lasts --cycle, stretched
     under load so that commits take about --commit-share of its time, up to --cycle-max).
-    Each processor's state goes to gpulens.worker.<group>.<processor>.changelog (what changes at
-    nearly every cycle to ….<processor>.hot.changelog) in the same transaction: a restart
+    On the embedded broker, which never compacts, the worker compacts the state topics itself
+    (--compaction-min-rows). Each processor's state goes to
+    gpulens.worker.<group>.<processor>.changelog (what changes at nearly every cycle to
+    ….<processor>.hot.changelog) in the same transaction: a restart
     restores it and reads on from where the last cycle ended, never from the beginning.
 
     Event time advances per cluster by the watermarks its sources publish: the smallest over
@@ -123,6 +126,10 @@ def worker(context: Context, /, **_flags: object) -> None:
         # Only the embedded noida-db forgets open transactions (gpulens.pipeline.hanging_transactions);
         # elsewhere the broker's coordinator aborts them, and raw requests are not ours to send.
         hanging_transaction_s=pipeline.hanging_transaction_s if settings.platform.broker == "noida" else None,
+        # Elsewhere the broker compacts; shards would cut each other's rows (gpulens.pipeline.compaction).
+        compaction_min_rows=pipeline.compaction_min_rows
+        if settings.platform.broker == "noida" and pipeline.shard.count == 1
+        else 0,
         bounds=EventTimeBounds(
             max_ahead_ms=round(pipeline.max_ahead_s * 1000), max_behind_ms=round(pipeline.max_behind_s * 1000)
         ),

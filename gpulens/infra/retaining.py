@@ -92,7 +92,7 @@ class RetentionPolicy:
     @property
     def truncated(self) -> tuple[TopicSpec, ...]:
         """The topics a pass may cut: delete-policy only, never a compacted one."""
-        return tuple(t for t in self.topics if "compact" not in t.cleanup_policy)
+        return tuple(t for t in self.topics if not t.compacted)
 
     def retention_ms(self, topic: TopicSpec) -> int:
         return min(topic.retention_ms, self.keep_ms)

@@ -108,6 +108,16 @@ class TakesSampleRuns(Protocol):
         ...
 
 
+@runtime_checkable
+class WritesCompacted(Protocol):
+    """An operator writing compacted topics (:mod:`gpulens.pipeline.compaction`)."""
+
+    @property
+    def compacted(self) -> tuple[TopicSpec, ...]:
+        """The compacted topics it writes."""
+        ...
+
+
 class _Unwindowed:
     """An operator without windows: its work per event is bounded, nothing to close first."""
 
@@ -268,6 +278,7 @@ class LatestSamplesOperator(_Unwindowed):
 
     name = "latest"
     inputs = (GPU_SAMPLES,)
+    compacted = (STATE_GPU_SAMPLES,)
 
     def __init__(self, every_ms: int) -> None:
         self.state = self._latest = LatestSamples(every_ms)
@@ -285,6 +296,7 @@ class StateOperator(_Unwindowed):
 
     name = "state"
     inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, WORKLOADS, PODS)
+    compacted = tuple(STATE_TOPIC_OF.values())
 
     def __init__(self) -> None:
         self.state = self._tables = StateTables()

@@ -65,11 +65,12 @@ from prometheus_client import Counter, Gauge
 
 from gpulens.pipeline.alignment import Alignment
 from gpulens.pipeline.checkpointing import Checkpoint, Stateful
+from gpulens.pipeline.compaction import WriterCompaction
 from gpulens.pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
 from gpulens.pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from gpulens.pipeline.hanging_transactions import HangingTransactionReaper
 from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
-from gpulens.pipeline.operators import INPUT_ORDER, Given, Operator, Row, TakesSampleRuns
+from gpulens.pipeline.operators import INPUT_ORDER, Given, Operator, Row, TakesSampleRuns, WritesCompacted
 from gpulens.pipeline.positions import InputPositions
 from gpulens.pipeline.state_tables import Tombstone
 from gpulens.pipeline.windows import event_time_ms, from_ms
@@ -202,6 +203,10 @@ class WorkerOptions:
     forgot it (noida-db after a SIGKILL) never would. Above librdkafka's default
     ``transaction.timeout.ms`` (60 s), after which Apache Kafka aborts it itself. ``None``: left
     to the broker (a real Kafka's coordinator), and nothing is aborted at restore either."""
+    compaction_min_rows: int = 0
+    """Compacted topics the worker writes are compacted by it (:mod:`gpulens.pipeline.compaction`),
+    a topic rewritten once the rows written since its last rewrite outnumber its live rows and
+    this many; 0: never (the broker compacts). Unsharded workers only: it needs a sole writer."""
 
     def next_cycle_s(self, commit_s: float) -> float:
         """How long the cycle after a commit that took ``commit_s`` lasts: :attr:`cycle_s`, or
@@ -284,8 +289,12 @@ class StreamWorker:
         self._reaper.watch([*self._checkpoint.topics, DLQ.name])
         self._written: set[str] = set()
         """Topics this worker has published to (watched for hanging transactions)."""
+        self._compaction = self._writer_compaction(kafka, operators, options)
+        self._compacted = self._compaction.names if self._compaction is not None else frozenset()
         started = time.monotonic()
         restored = self._checkpoint.restore()
+        if self._compaction is not None:
+            self._compaction.restore()
         RESTORED.set(restored)
         cold = not self._positions.restart
         self._fetched: dict[tuple[str, int], int] = {
@@ -333,6 +342,16 @@ class StreamWorker:
                 restored,
                 time.monotonic() - started,
             )
+
+    def _writer_compaction(
+        self, kafka: KafkaSettings, operators: list[Operator], options: WorkerOptions
+    ) -> WriterCompaction | None:
+        if not options.compaction_min_rows:
+            return None
+        if self._shard is not None:
+            raise PipelineError("a sharded worker cannot compact the topics it writes: its shards share them")
+        compacted = [spec for op in operators if isinstance(op, WritesCompacted) for spec in op.compacted]
+        return WriterCompaction(kafka, compacted, min_rows=options.compaction_min_rows) if compacted else None
 
     def _fence(self, kafka: KafkaSettings, committed: list[TopicPartition]) -> None:
         """Abort what the previous incarnation left open, and stop it if it still runs.
@@ -741,6 +760,8 @@ class StreamWorker:
             key, value = record_key(spec, row), self._codec.reframe(row.topic, spec, row.value)
         else:
             key, value = record_key(spec, row), self._codec.encode(spec, row)
+        if spec.name in self._compacted:
+            cast(WriterCompaction, self._compaction).wrote(spec.name, key, value)
         if spec.name not in self._written:
             self._written.add(spec.name)
             self._reaper.watch([spec.name])
@@ -759,9 +780,13 @@ class StreamWorker:
         moved = self._positions.advance(restart)
         offsets = restart if claim else moved
         started = time.monotonic()
+        if self._compaction is not None:
+            self._compaction.rewrite(self._producer)
         self._checkpoint.commit(
             [TopicPartition(t, p, o, metadata=self._incarnation) for (t, p), o in offsets.items()], stop=stop
         )
+        if self._compaction is not None:
+            self._compaction.cut(self._admin)
         self._checkpoint.begin()
         CYCLES.inc()
         self._pending = 0
@@ -776,6 +801,8 @@ class StreamWorker:
     def _abort(self, stop: threading.Event) -> None:
         """Stopped mid-cycle: drop the cycle in flight; a restart redoes it from the last commit."""
         log.info("stopped mid-cycle: aborting the transaction in flight (%d records and rows)", self._pending)
+        if self._compaction is not None:
+            self._compaction.forget()
         self._checkpoint.abort(stop=stop)
 
 

@@ -176,6 +176,14 @@ class PipelineSettings(BaseModel):
         "killed, and they hold every read_committed reader back). A real Kafka's coordinator aborts "
         "them itself (transaction.timeout.ms).",
     )
+    compaction_min_rows: int = Field(
+        default=10_000,
+        ge=0,
+        description="Embedded broker (noida-db, which never compacts) and an unsharded worker only: the "
+        "worker compacts the gpulens.state.* topics it writes itself. It holds each live row, writes them "
+        "all again once the rows written to a topic since its last rewrite outnumber them and this many, "
+        "and deletes what precedes the rewrite, so a topic holds about twice its live rows. 0: never.",
+    )
     shard: Annotated[Shard, NoDecode] = Field(
         default=UNSHARDED,
         description="Run N workers as 0/N .. N-1/N: shard I keeps the clusters whose name hashes to I "

@@ -452,7 +452,7 @@ class DecodingConsumer:
 
     def _decode(self, message: Message) -> Record | None:
         topic = self._specs[message.topic() or ""]
-        if message.value() is None and topic.cleanup_policy == "compact":
+        if message.value() is None and topic.compacted:
             return None  # a tombstone: the entity is gone (its last state came before it)
         try:
             # A tombstone (None) on an event topic is as undecodable as an empty value.

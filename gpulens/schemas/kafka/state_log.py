@@ -257,7 +257,7 @@ class StateLog:
             start, span = high, FIRST_SPAN
             while start > low:
                 begin = max(low, start - span)
-                records[:0] = _read(reader, self.topic, begin, start, timeout)
+                records[:0] = read_span(reader, TopicPartition(self.topic, 0, begin), start, timeout)
                 start, span = begin, span * 4
                 if _newest_complete(records) is not None:
                     break
@@ -317,24 +317,28 @@ def _newest_complete(records: list[tuple[int, bytes, bytes | None]]) -> int | No
     return None
 
 
-def _read(
-    reader: Consumer, topic: str, begin: int, end: int, timeout: float
+def read_span(
+    reader: Consumer, partition: TopicPartition, end: int, timeout: float
 ) -> list[tuple[int, bytes, bytes | None]]:
-    """Committed records of offsets ``[begin, end)`` (aborted ones and markers have none)."""
-    reader.assign([TopicPartition(topic, 0, begin)])
+    """Records of ``partition`` from its offset up to ``end`` (excluded) or the partition's end,
+    as ``reader`` sees them (``read_committed``: aborted records and markers have none)."""
+    topic, begin = partition.topic, partition.offset
+    reader.assign([partition])
     out: list[tuple[int, bytes, bytes | None]] = []
     deadline = time.monotonic() + timeout
     while True:
         batch = reader.consume(10_000, 0.05)  # returns early only once it has all 10,000
         if not batch and time.monotonic() > deadline:
-            raise StateLogError(f"state log {topic}: no data from offset {begin} within {timeout:g} s")
+            raise StateLogError(
+                f"{topic}/{partition.partition}: no data from offset {begin} within {timeout:g} s"
+            )
         for message in batch:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     return out
                 if error.fatal() or not error.retriable():
-                    raise StateLogError(f"state log {topic}: {error.str()}")
+                    raise StateLogError(f"{topic}/{partition.partition}: {error.str()}")
                 continue
             offset = message.offset() or 0
             if offset >= end:

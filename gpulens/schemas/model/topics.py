@@ -49,6 +49,11 @@ class TopicSpec:
     doc: str = ""
 
     @property
+    def compacted(self) -> bool:
+        """Whether the broker keeps the newest record per key (``compact``, or ``compact,delete``)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
     def subject(self) -> str:
         """Schema-registry subject of the values (TopicNameStrategy)."""
         return f"{self.name}-value"
@@ -161,15 +166,29 @@ RECLAIM_AUDIT = TopicSpec(
 )
 
 STATE_DOC = "Compacted: the newest {what}, then a tombstone when it is gone; read it whole to start."
+COMPACTED = "compact,delete"
+"""The state topics' policy: compacted, and ``delete`` only so that their writer may cut behind
+its own rewrites where the broker never compacts (DeleteRecords is refused on a topic that is
+only ``compact``); with no time or size retention (:data:`FOREVER`) nothing else is deleted
+(:mod:`gpulens.pipeline.compaction`)."""
+FOREVER = -1
+"""``retention.ms`` of a topic whose records no time deletes."""
 STATE_PODS = TopicSpec(
-    "gpulens.state.pods.v1", PodEvent, "uid", 6, "compact", doc=STATE_DOC.format(what="state of every pod")
+    "gpulens.state.pods.v1",
+    PodEvent,
+    "uid",
+    6,
+    COMPACTED,
+    FOREVER,
+    doc=STATE_DOC.format(what="state of every pod"),
 )
 STATE_NODES = TopicSpec(
     "gpulens.state.nodes.v1",
     NodeEvent,
     "node",
     3,
-    "compact",
+    COMPACTED,
+    FOREVER,
     doc=STATE_DOC.format(what="state of every node"),
 )
 STATE_INVENTORY = TopicSpec(
@@ -177,7 +196,8 @@ STATE_INVENTORY = TopicSpec(
     DeviceInventory,
     "node",
     3,
-    "compact",
+    COMPACTED,
+    FOREVER,
     doc=STATE_DOC.format(what="device inventory of every node"),
 )
 STATE_CONTAINERS = TopicSpec(
@@ -185,7 +205,8 @@ STATE_CONTAINERS = TopicSpec(
     ContainerEvent,
     "container_key",
     3,
-    "compact",
+    COMPACTED,
+    FOREVER,
     doc=STATE_DOC.format(what="devices of every container"),
 )
 STATE_WORKLOADS = TopicSpec(
@@ -193,7 +214,8 @@ STATE_WORKLOADS = TopicSpec(
     WorkloadState,
     "uid",
     3,
-    "compact",
+    COMPACTED,
+    FOREVER,
     doc=STATE_DOC.format(what="state of every workload (hierarchy, active pods, GPUs, status)"),
 )
 STATE_GPU_SAMPLES = TopicSpec(
@@ -201,7 +223,8 @@ STATE_GPU_SAMPLES = TopicSpec(
     GpuSampleBatch,
     "node",
     3,
-    "compact",
+    COMPACTED,
+    FOREVER,
     doc="Compacted: each node's newest GPU sample batch, at most one per node per interval "
     "(the worker's `latest` processor); the exporter's per-GPU mode reads it, never the sample stream.",
 )
