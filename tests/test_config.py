@@ -135,6 +135,7 @@ WORKER_FLAG_DEFAULTS = {
     "max_ahead_s": 86_400.0,
     "max_behind_s": 7 * 86_400.0,
     "hanging_transaction_s": 75.0,
+    "compaction_min_rows": 10_000,
     "shard": Shard(0, 1),
     "metrics_port": None,
     "metrics_host": "127.0.0.1",
