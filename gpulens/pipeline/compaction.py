@@ -119,6 +119,8 @@ class WriterCompaction:
             for name, partition in partitions:
                 topic = self._topics[name]
                 low, high = reader.get_watermark_offsets(TopicPartition(name, partition), timeout=timeout)
+                if high <= low:
+                    continue
                 for _, key, value in read_span(reader, TopicPartition(name, partition, low), high, timeout):
                     topic.wrote(key, value)
                     read += 1
@@ -160,6 +162,13 @@ class WriterCompaction:
                 log.info("%s: cleanup.policy now %s (cut by its writer)", resource.name, COMPACTED)
             except KafkaException as err:
                 log.warning("%s: cleanup.policy not altered, it keeps its history: %s", resource.name, err)
+
+    def live_rows(self, topic: str) -> int:
+        return len(self._topics[topic].live)
+
+    def held_bytes(self) -> int:
+        """The keys and values held, in bytes (what the bound costs this process, objects aside)."""
+        return sum(len(k) + len(v) for topic in self._topics.values() for k, v in topic.live.items())
 
     def wrote(self, topic: str, key: bytes, value: bytes | None) -> None:
         """A row (``None``: a tombstone) written to ``topic`` in this cycle."""
