@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from pod_events import DEPLOYMENT, REPLICASET
 from pod_events import pod as pod_event
+from prometheus_client import REGISTRY
 
 from gpulens.config import GPULensSettings
 from gpulens.pipeline.compaction import WriterCompaction
@@ -122,6 +123,9 @@ def test_a_topic_holds_its_live_rows_and_the_changes_since_its_last_rewrite(
     kept = read_whole(platform, topic)
     assert newest(kept) == expected, "a reader from the beginning gets every live key's newest row"
     assert writer.written == 410
+    rewrites = REGISTRY.get_sample_value("gpulens_worker_compaction_rewrites_total", {"topic": topic})
+    rewritten = REGISTRY.get_sample_value("gpulens_worker_compaction_rewritten_rows_total", {"topic": topic})
+    assert (rewrites, rewritten) == (10, 9 * 40 + 30), "each round outnumbered the live rows: rewritten"
     assert len(kept) < len(expected) + max(len(expected), 10), (
         f"{len(kept)} records kept of {writer.written} written for {len(expected)} live keys"
     )

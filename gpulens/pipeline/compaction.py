@@ -35,6 +35,7 @@ from functools import partial
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, DeletedRecords
+from prometheus_client import Counter, Gauge
 
 from gpulens.pipeline.hanging_transactions import StableOffsets
 from gpulens.schemas.kafka.producing import produce_with_backpressure
@@ -45,6 +46,18 @@ from gpulens.schemas.model.topics import COMPACTED, FOREVER, TopicSpec
 __all__ = ["CompactedTopic", "WriterCompaction"]
 
 log = logging.getLogger(__name__)
+
+LIVE_ROWS = Gauge(
+    "gpulens_worker_compacted_live_rows",
+    "Live keys of a compacted topic the worker compacts itself (it holds their newest rows).",
+    ["topic"],
+)
+REWRITES = Counter(
+    "gpulens_worker_compaction_rewrites_total", "Rewrites of a compacted topic's live rows.", ["topic"]
+)
+REWRITTEN = Counter(
+    "gpulens_worker_compaction_rewritten_rows_total", "Rows written again by those rewrites.", ["topic"]
+)
 
 
 class CompactedTopic:
@@ -185,8 +198,18 @@ class WriterCompaction:
             landed = topic.landed
             for key, value in topic.live.items():
                 produce_with_backpressure(producer, topic.spec.name, key=key, value=value, on_delivery=landed)
+            log.info(
+                "%s: rewriting its %d live rows (%d rows written since the last rewrite)",
+                topic.spec.name,
+                topic.rewritten,
+                topic.since,
+            )
+            REWRITES.labels(topic.spec.name).inc()
+            REWRITTEN.labels(topic.spec.name).inc(topic.rewritten)
             topic.since = 0
             written += topic.rewritten
+        for topic in self._topics.values():
+            LIVE_ROWS.labels(topic.spec.name).set(len(topic.live))
         return written
 
     def cut(self, admin: AdminClient) -> list[Future[DeletedRecords]]:
