@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from pod_events import DEPLOYMENT, REPLICASET
 from pod_events import pod as pod_event
 from prometheus_client import REGISTRY
+from worker_support import gpulens, spawn
 
 from gpulens.config import GPULensSettings
 from gpulens.pipeline.compaction import WriterCompaction
@@ -203,12 +203,11 @@ def test_the_worker_compacts_its_state_topics_across_a_kill_9(
     state topics hold only this test's rows."""
     platform, config_file = own_platform
     cluster = f"compact-{unique}"
-    command = [sys.executable, "-m", "gpulens", "--config", str(config_file), "worker", "--processors"]
-    command += ["state", "--group", f"c-{unique}", "--idle-ms", "300", "--compaction-min-rows", "20"]
+    command = gpulens(config_file, "worker", "--processors", "state", "--group", f"c-{unique}")
+    command += ["--idle-ms", "300", "--compaction-min-rows", "20"]
 
     def start() -> subprocess.Popen[bytes]:
-        with (config_file.parent / f"worker-c-{unique}.log").open("ab") as log:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+        process = spawn(command, config_file.parent / f"worker-c-{unique}.log")
         spawned.append(process)
         return process
 
