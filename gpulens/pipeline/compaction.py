@@ -41,9 +41,9 @@ from gpulens.pipeline.hanging_transactions import StableOffsets
 from gpulens.schemas.kafka.producing import produce_with_backpressure
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.kafka.state_log import read_span
-from gpulens.schemas.model.topics import COMPACTED, FOREVER, TopicSpec
+from gpulens.schemas.model.topics import COMPACTED, CUTTABLE_COMPACTED, TopicSpec
 
-__all__ = ["CompactedTopic", "WriterCompaction"]
+__all__ = ["WriterCompaction"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ REWRITTEN = Counter(
 )
 
 
-class CompactedTopic:
+class _Topic:
     """One topic's live rows and what was written to it since its last rewrite."""
 
     def __init__(self, spec: TopicSpec) -> None:
@@ -85,6 +85,12 @@ class CompactedTopic:
             self.live[key] = value
         self.since += 1
 
+    def start_rewrite(self) -> None:
+        self.first, self.delivered, self.rewritten = {}, 0, len(self.live)
+
+    def end_rewrite(self) -> None:
+        self.first, self.delivered, self.rewritten = {}, 0, 0
+
     def landed(self, err: KafkaError | None, message: Message) -> None:
         if err is not None:
             return
@@ -98,7 +104,7 @@ class WriterCompaction:
 
     def __init__(self, kafka: KafkaSettings, topics: Iterable[TopicSpec], *, min_rows: int) -> None:
         self._kafka = kafka
-        self._topics = {spec.name: CompactedTopic(spec) for spec in topics}
+        self._topics = {spec.name: _Topic(spec) for spec in topics}
         self._min_rows = min_rows
 
     @property
@@ -162,9 +168,8 @@ class WriterCompaction:
         if not stale:
             return
         entries = [
-            ConfigEntry("cleanup.policy", COMPACTED, incremental_operation=AlterConfigOpType.SET),
-            ConfigEntry("retention.ms", str(FOREVER), incremental_operation=AlterConfigOpType.SET),
-            ConfigEntry("retention.bytes", "-1", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in CUTTABLE_COMPACTED.items()
         ]
         altered = admin.incremental_alter_configs(
             [ConfigResource("topic", name, incremental_configs=entries) for name in stale]
@@ -187,14 +192,13 @@ class WriterCompaction:
         """A row (``None``: a tombstone) written to ``topic`` in this cycle."""
         self._topics[topic].wrote(key, value)
 
-    def rewrite(self, producer: Producer) -> int:
+    def rewrite(self, producer: Producer) -> None:
         """Write every live row of each topic due (module docstring) through ``producer``, in
-        its open transaction; the rows written."""
-        written = 0
+        its open transaction."""
         for topic in self._topics.values():
             if topic.refused or topic.since < max(len(topic.live), self._min_rows):
                 continue
-            topic.first, topic.delivered, topic.rewritten = {}, 0, len(topic.live)
+            topic.start_rewrite()
             landed = topic.landed
             for key, value in topic.live.items():
                 produce_with_backpressure(producer, topic.spec.name, key=key, value=value, on_delivery=landed)
@@ -207,10 +211,8 @@ class WriterCompaction:
             REWRITES.labels(topic.spec.name).inc()
             REWRITTEN.labels(topic.spec.name).inc(topic.rewritten)
             topic.since = 0
-            written += topic.rewritten
         for topic in self._topics.values():
             LIVE_ROWS.labels(topic.spec.name).set(len(topic.live))
-        return written
 
     def cut(self, admin: AdminClient) -> list[Future[DeletedRecords]]:
         """Once the transaction holding a rewrite committed: delete what precedes it, in the
@@ -219,7 +221,7 @@ class WriterCompaction:
         for topic in self._topics.values():
             if topic.rewritten and topic.delivered == topic.rewritten:
                 cuts += [TopicPartition(topic.spec.name, p, o) for p, o in sorted(topic.first.items())]
-            topic.first, topic.delivered, topic.rewritten = {}, 0, 0
+            topic.end_rewrite()
         if not cuts:
             return []
         deleting = admin.delete_records(cuts, request_timeout=30)
@@ -230,7 +232,7 @@ class WriterCompaction:
     def forget(self) -> None:
         """The rewrite in flight was aborted with its transaction: never cut behind it."""
         for topic in self._topics.values():
-            topic.first, topic.delivered, topic.rewritten = {}, 0, 0
+            topic.end_rewrite()
 
     def _cut_done(self, name: str, future: Future[DeletedRecords]) -> None:
         try:

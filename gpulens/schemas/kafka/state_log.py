@@ -56,6 +56,7 @@ from confluent_kafka.admin import AdminClient, DeletedRecords, NewTopic
 from gpulens.schemas.kafka.producing import produce_with_backpressure
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.model.exceptions import GPULensError
+from gpulens.schemas.model.topics import CUTTABLE_COMPACTED
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,9 @@ class StateLog:
     def create(self, *, timeout: float = 30.0) -> None:
         """Create the topic if it does not exist (compacted, one partition)."""
         admin = AdminClient(self._kafka.librdkafka())
-        config = {"cleanup.policy": "compact,delete", "retention.ms": "-1", "retention.bytes": "-1"}
-        future = admin.create_topics([NewTopic(self.topic, 1, 1, config=config)], operation_timeout=timeout)
+        future = admin.create_topics(
+            [NewTopic(self.topic, 1, 1, config=dict(CUTTABLE_COMPACTED))], operation_timeout=timeout
+        )
         try:
             future[self.topic].result(timeout)
         except KafkaException as err:

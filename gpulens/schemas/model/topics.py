@@ -173,6 +173,8 @@ only ``compact``); with no time or size retention (:data:`FOREVER`) nothing else
 (:mod:`gpulens.pipeline.compaction`)."""
 FOREVER = -1
 """``retention.ms`` of a topic whose records no time deletes."""
+CUTTABLE_COMPACTED = {"cleanup.policy": COMPACTED, "retention.ms": str(FOREVER), "retention.bytes": "-1"}
+"""Configuration of a compacted topic its writer cuts: neither time nor size deletes anything."""
 STATE_PODS = TopicSpec(
     "gpulens.state.pods.v1",
     PodEvent,
