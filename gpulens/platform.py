@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
-from gpulens.infra.broker import noida_argv, tansu_argv
+from gpulens.infra.broker import NOIDA_MALLOC_ENV, noida_argv, tansu_argv
 from gpulens.infra.launching import ServiceManager, ServiceSpec, Status
 from gpulens.infra.log_writing import LogRotation
 from gpulens.schemas.model.exceptions import ConfigError, GPULensError
@@ -61,17 +61,14 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
         python += ["--config", str(config_file.resolve())]
     if platform.broker != "external":
         host, port = _single_address(settings)
-        argv = (
-            noida_argv(host, port, platform.state_dir / "kafka")
-            if platform.broker == "noida"
-            else tansu_argv(host, port)
-        )
+        noida = platform.broker == "noida"
         specs[BROKER] = ServiceSpec(
             BROKER,
-            argv,
+            noida_argv(host, port, platform.state_dir / "kafka") if noida else tansu_argv(host, port),
             host,
             port,
             hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port",
+            env=dict(NOIDA_MALLOC_ENV) if noida else {},
             log_rotation=LOG_ROTATION,
         )
     if platform.registry == "embedded":

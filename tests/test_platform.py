@@ -288,3 +288,53 @@ def test_down_waits_for_a_broker_saving_its_data_and_loses_none(own_platform: Pa
     finally:
         consumer.close()
     assert sum(ends) == acked
+
+
+def _rss_mb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) // 1024
+
+
+def test_the_broker_hands_back_the_memory_of_records_it_deleted(own_platform: Path) -> None:
+    """noida-db holds every record in memory; once deleted (as `gpulens retention` deletes them),
+    that memory must leave the process, or its RSS stays at its high-water mark for good."""
+    run(own_platform, "infra", "up")
+    settings = load_settings(own_platform)
+    broker = ServiceManager(settings.platform.state_dir).status("kafka").pid
+    assert broker is not None
+    servers = settings.kafka.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.create_topics([NewTopic("deleted", 3, 1)])["deleted"].result()
+    before = _rss_mb(broker)
+
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    value = os.urandom(1000)
+    for i in range(100_000):  # 100 MB
+        while True:
+            try:
+                producer.produce("deleted", key=str(i).encode(), value=value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "deleted"})
+    try:
+        ends = [
+            TopicPartition(
+                "deleted", p, consumer.get_watermark_offsets(TopicPartition("deleted", p), timeout=10)[1]
+            )
+            for p in range(3)
+        ]
+    finally:
+        consumer.close()
+    assert sum(tp.offset for tp in ends) == 100_000
+    assert _rss_mb(broker) > before + 100
+    for done in admin.delete_records(ends).values():
+        done.result()
+
+    deadline = time.monotonic() + 60
+    while _rss_mb(broker) > before + 40:  # with glibc malloc's defaults about 100 MB of it stayed
+        assert time.monotonic() < deadline, (
+            f"the broker still holds {_rss_mb(broker)} MB ({before} MB before)"
+        )
+        time.sleep(0.5)
