@@ -48,15 +48,19 @@ class RetentionSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     interval_s: float = Field(
-        default=10.0, ge=0, description="Seconds between passes; 0: no retention job with `gpulens up`."
+        default=5.0,
+        ge=0,
+        description="Seconds between passes; 0: no retention job with `gpulens up`. Between two passes "
+        "the broker holds what was consumed meanwhile, and rewrites it all at each of its saves.",
     )
     keep_s: float = Field(
-        default=10.0,
+        default=2.0,
         ge=0,
         description=(
-            "A consumed record stays at least this long (by its timestamp) for late readers and "
-            "debugging; the broker's memory grows with it (at 100,000 GPUs over 2 minutes: broker "
-            "RSS 1.4-1.6 GB keeping 10 s, 1.7-1.9 GB keeping 30 s)."
+            "A consumed record stays at least this long (by its timestamp) for readers outside the "
+            "pipeline's groups (a group's own reads are held back until it commits, whatever this "
+            "says); the broker's memory and CPU grow with it (at 20,000 GPUs: 46 MB and 37 % of a "
+            "core keeping 10 s and cutting every 10 s, 37 MB and 29 % keeping 2 s and cutting every 5 s)."
         ),
     )
     max_records_per_partition: int = Field(
