@@ -47,6 +47,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import cast
 
 from confluent_kafka import (
@@ -324,9 +325,8 @@ class StreamWorker:
         self._peak_buffered = 0
         self._buffered = 0
         """Records held at the end of the last step."""
-        self._released: list[Stamped[Input]] = []
-        """Records the current merge released, processed up to ``_finished`` (excluded)."""
-        self._finished = 0
+        self._released: deque[Stamped[Input]] = deque()
+        """Records the current merge released and not (fully) processed yet."""
         self.processed = 0
         """Records processed since start."""
         self.published = 0
@@ -472,30 +472,33 @@ class StreamWorker:
         self._lower_barriers()
         self._clocks.settle(self._fetched)
         for cluster, merge in list(self._merges.items()):
-            items = self._released = merge.release(self._clocks.limit(cluster))
+            # Processed records leave at once: a start or a catch-up releases tens of thousands
+            # (each with its wire bytes), and holding them all until the end of the release
+            # raised the worker's peak, which its heap then keeps.
+            items = self._released = deque(merge.release(self._clocks.limit(cluster)))
             # A source's watermark is the worker's business; operators hear only the end of a
             # cluster: the last final watermark, once every source of it has sent one.
-            last = len(items) - 1 if items and self._clocks.ended(cluster) else -1
-            index = 0
-            while index < len(items):
-                self._finished = index
+            ends_cluster = bool(items) and self._clocks.ended(cluster)
+            while items:
                 if stop is not None and stop.is_set():
                     return False
-                end = self._run_end(items, index)
-                if end - index > 1:
-                    if not self._process_run(items[index:end], cluster, stop):
+                end = self._run_end(items)
+                if end > 1:
+                    if not self._process_run(list(islice(items, end)), cluster, stop):
                         return False
                 else:
-                    item = items[index]
-                    if isinstance(item.record, Watermark) and not (index == last and item.record.final):
+                    item = items[0]
+                    if isinstance(item.record, Watermark) and not (
+                        ends_cluster and len(items) == 1 and item.record.final
+                    ):
                         item = replace(item, record=OFFSET_ONLY)
                     self._clocks.released(cluster, item.event_ms)
                     if not self._process(item, cluster, stop):
                         return False
-                self._finished = index = end
+                for _ in range(end):
+                    items.popleft()
                 if self._cycle_full():  # mid-release too: a catch-up's rows come out as it goes
                     self._commit(stop=stop)
-            self._released = []
         buffered = self._buffered = sum(m.buffered for m in self._merges.values())
         WAITING.set(buffered)
         if buffered > self._peak_buffered:
@@ -678,14 +681,14 @@ class StreamWorker:
         self._positions.processed(cluster, item.topic, item.partition, item.offset)
         return True
 
-    def _run_end(self, items: list[Stamped[Input]], start: int) -> int:
-        """Where the run of GPU sample batches read by column that starts at ``start`` ends
+    def _run_end(self, items: deque[Stamped[Input]]) -> int:
+        """Where the run of GPU sample batches read by column that starts ``items`` ends
         (excluded): at most :data:`RUN_MOST` of them within :data:`RUN_SPAN_MS` of event time;
-        ``start + 1`` when no run starts there."""
-        if type(items[start].record) is not SampleColumns:
-            return start + 1
-        end, limit = start + 1, min(len(items), start + RUN_MOST)
-        until = items[start].event_ms + RUN_SPAN_MS
+        1 when no run starts there."""
+        if type(items[0].record) is not SampleColumns:
+            return 1
+        end, limit = 1, min(len(items), RUN_MOST)
+        until = items[0].event_ms + RUN_SPAN_MS
         while end < limit and type(items[end].record) is SampleColumns and items[end].event_ms <= until:
             end += 1
         return end
@@ -774,7 +777,7 @@ class StreamWorker:
         for merge in self._merges.values():
             for partition, first in merge.first_offsets().items():
                 restart[partition] = min(restart[partition], first)
-        for item in self._released[self._finished :]:  # released, not (fully) processed yet
+        for item in self._released:
             partition = (item.topic, item.partition)
             restart[partition] = min(restart[partition], item.offset)
         moved = self._positions.advance(restart)
