@@ -11,6 +11,7 @@ not drained.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ from dataclasses import dataclass
 from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.consumers.prometheus.exporting import exported_topics
-from gpulens.schemas.kafka.lag import RecordLag, per_topic
+from gpulens.schemas.kafka.lag import LagError, RecordLag, per_topic
 from gpulens.schemas.model.topics import TopicSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +74,22 @@ def wait_drained(
     """Wait until every pipeline group has drained; the lags then, or None after ``timeout_s``.
 
     ``progress`` hears each measurement. Drained must hold twice in a row ``every_s`` apart: a
-    record the worker publishes while the sink commits would otherwise slip between them.
+    record the worker publishes while the sink commits would otherwise slip between them. A
+    broker that does not answer in time (busy saving, on a loaded machine) is asked again.
     """
     lag = RecordLag(settings.kafka)
     deadline = time.monotonic() + timeout_s
     confirmed = False
     try:
         while True:
-            groups = measure(settings, lag)
-            progress(groups)
-            if all(g.drained for g in groups):
+            try:
+                groups: list[GroupLag] | None = measure(settings, lag)
+            except LagError as err:
+                log.warning("the pipeline's lag is unknown for now, asking again: %s", err)
+                groups = None
+            if groups is not None:
+                progress(groups)
+            if groups is not None and all(g.drained for g in groups):
                 if confirmed:
                     return groups
                 confirmed = True

@@ -7,14 +7,18 @@ before the marker; its lag must read 0 all the same, and `gpulens status` must s
 
 from __future__ import annotations
 
+import logging
 import operator
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from alert_oracle import SAMPLES
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -23,7 +27,8 @@ from trace_slices import head_of
 
 from gpulens.cli import LAG_UNKNOWN, NOT_DRAINED
 from gpulens.config import GPULensSettings
-from gpulens.draining import pipeline_groups
+from gpulens.draining import pipeline_groups, wait_drained
+from gpulens.platform import BROKER, manager
 from gpulens.schemas.kafka.consuming import LagMonitor
 from gpulens.schemas.kafka.lag import RecordLag
 from gpulens.schemas.model.topics import CLUSTER_ALLOCATION, PODS, WORKLOAD_USAGE
@@ -249,3 +254,22 @@ def test_a_sink_commits_past_the_marker_of_a_transaction_it_read_to_the_end(
     producer.commit_transaction(30)
     assert committed_and_end()[1] == before + 2, "the record and the transaction's marker"
     wait_until(lambda: operator.eq(*committed_and_end()), 60, f"{group} past the transaction")
+
+
+def test_a_broker_that_does_not_answer_for_a_while_does_not_end_the_wait(
+    platform: GPULensSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`gpulens up` waits for the pipeline to drain: a broker busy past the lag's 10-s timeout
+    (a save on a loaded machine) is asked again, not the end of `gpulens up`."""
+    broker = manager(platform).status(BROKER).pid
+    assert broker is not None
+    os.killpg(broker, signal.SIGSTOP)
+    resume = threading.Timer(12, os.killpg, (broker, signal.SIGCONT))
+    resume.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpulens.draining"):
+            wait_drained(platform, timeout_s=20)
+    finally:
+        resume.cancel()
+        os.killpg(broker, signal.SIGCONT)
+    assert "the pipeline's lag is unknown for now, asking again" in caplog.text

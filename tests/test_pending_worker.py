@@ -77,8 +77,8 @@ def test_a_pending_worker_killed_mid_stream_and_restarted_writes_each_verdict_on
         replaying = replay(config, "pending-kill", "--nodes", str(nodes), "--speed", PACED_SPEED)
         started.append(replaying)
         rows: list[PendingGpuPod] = []
-        read_until(consumer, own_codec, rows, 100, 120)
-        assert len(rows) >= 100, "the worker wrote verdicts before the kill"
+        read_until(consumer, own_codec, rows, 20, 120)  # early: the replay once ended before a 100th
+        assert len(rows) >= 20, "the worker wrote verdicts before the kill"
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         assert replaying.poll() is None, "the kill came mid-stream: the replay was still publishing"

@@ -159,7 +159,7 @@ class RecordLag:
         try:
             return future.result(self._timeout_s)
         except (KafkaException, TimeoutError) as err:
-            raise LagError(f"{what}: {err or 'no answer in time'}") from err
+            raise LagError(f"{what}: {str(err) or f'no answer within {self._timeout_s:.0f} s'}") from err
 
 
 def per_topic(lag: dict[Partition, int]) -> dict[str, int]:
