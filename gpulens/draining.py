@@ -83,18 +83,18 @@ def wait_drained(
     try:
         while True:
             try:
-                groups: list[GroupLag] | None = measure(settings, lag)
+                groups = measure(settings, lag)
             except LagError as err:
                 log.warning("the pipeline's lag is unknown for now, asking again: %s", err)
-                groups = None
-            if groups is not None:
-                progress(groups)
-            if groups is not None and all(g.drained for g in groups):
-                if confirmed:
-                    return groups
-                confirmed = True
-            else:
                 confirmed = False
+            else:
+                progress(groups)
+                if all(g.drained for g in groups):
+                    if confirmed:
+                        return groups
+                    confirmed = True
+                else:
+                    confirmed = False
             if time.monotonic() >= deadline:
                 return None
             time.sleep(every_s)

@@ -16,7 +16,7 @@ serializes all the broker holds into one growing buffer), so that memory freed b
 records goes back to the system. Measured (one probe: 200 MB produced, all deleted): 387 MB
 stayed resident with glibc's defaults, 7 MB with these, at the same speed (300,000 records of
 300 B produced and read three times: broker 4.4 CPU-s, 3.8-4.4 with the defaults). Two heaps
-instead of one per thread (``MALLOC_ARENA_MAX=2``) cost 10-15 % more CPU there and are not set."""
+instead of one per thread (``MALLOC_ARENA_MAX=2``) took 4.7 CPU-s there and are not set."""
 
 
 def _package_dir(package: str, pip_name: str) -> Path:
