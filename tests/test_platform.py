@@ -328,7 +328,8 @@ def test_the_broker_hands_back_the_memory_of_records_it_deleted(own_platform: Pa
     finally:
         consumer.close()
     assert sum(tp.offset for tp in ends) == 100_000
-    assert _rss_mb(broker) > before + 100
+    # The payload is 100 MB; what the broker's RSS shows of it varies a little by machine.
+    assert _rss_mb(broker) > before + 80
     for done in admin.delete_records(ends).values():
         done.result()
 
