@@ -95,6 +95,8 @@ class _Owner:
 
 
 _NOBODY = _Owner("", "", "", "", ())
+_ContainerKey = tuple[str, str, str, str]
+"""(node, namespace, pod, container)."""
 
 
 @dataclass(slots=True)
@@ -112,7 +114,9 @@ class _Slot:
     """GPUs it has (None: a node's pool of GPUs held with no device known)."""
     since: int
     """Integrated up to here (epoch ms)."""
-    claimants: set[str] = field(default_factory=set)
+    claimants: tuple[str, ...] = ()
+    """Uids of the pods claiming it, sorted: a slot has one or none, and a set of one or none
+    took 216 bytes per GPU (a tuple of one 48, the empty one shared)."""
     kind: int = UNMEASURED
     until: int = 0
     """The kind holds up to here."""
@@ -132,13 +136,14 @@ class _Cluster:
     pods: dict[str, _Pod] = field(default_factory=dict)
     uid_of: dict[tuple[str, str], str] = field(default_factory=dict)
     """(namespace, name) -> uid of the pods that exist."""
-    containers: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = field(default_factory=dict)
-    """(node, namespace, pod, container) -> (pod uid, its GPUs)."""
-    containers_of: dict[str, set[tuple[str, str, str, str]]] = field(default_factory=dict)
+    containers: dict[_ContainerKey, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """(node, namespace, pod, container) -> (pod uid, its GPUs, sorted)."""
+    containers_of: dict[str, tuple[_ContainerKey, ...]] = field(default_factory=dict)
+    """pod uid -> its containers. Tuples, as the slots' claimants: a pod has a container or two."""
     names: DeviceNames = field(default_factory=DeviceNames)
     claims: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     """pod uid -> what it claims (:meth:`IdleOwners._claims`), for the pods that claim any."""
-    listed: dict[str, set[str]] = field(default_factory=dict)
+    listed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """node -> the GPUs its latest inventory listed."""
     acc: dict[tuple[str, str, str], tuple[_Owner, list[float]]] = field(default_factory=dict)
     """(node, device, owner uid) -> (owner, GPU-ms per kind) of the open window."""
@@ -210,10 +215,12 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         after = self._claims(cluster, uid)
         for key in before.keys() - after.keys():
             slot = self._slot(cluster, key)
-            slot.claimants.discard(uid)
+            slot.claimants = tuple(c for c in slot.claimants if c != uid)
             self._drop_if_unused(cluster, key, slot)
         for key in after:
-            self._slot(cluster, key).claimants.add(uid)
+            slot = self._slot(cluster, key)
+            if uid not in slot.claimants:
+                slot.claimants = tuple(sorted((*slot.claimants, uid)))
 
     def _pod(self, cluster: _Cluster, event: PodEvent) -> None:
         uid = event.uid
@@ -241,14 +248,16 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
 
         def remove() -> None:
             held_by = cluster.containers.pop(key)[0]
-            cluster.containers_of[held_by].discard(key)
-            if not cluster.containers_of[held_by]:
+            others = tuple(k for k in cluster.containers_of[held_by] if k != key)
+            if others:
+                cluster.containers_of[held_by] = others
+            else:
                 del cluster.containers_of[held_by]
 
         def add(uid: str) -> None:
             gpus = (cluster.names.device_id(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU)
-            cluster.containers[key] = (uid, frozenset(gpus))
-            cluster.containers_of.setdefault(uid, set()).add(key)
+            cluster.containers[key] = (uid, tuple(sorted(set(gpus))))
+            _add_container(cluster, uid, key)
 
         previous = cluster.containers.get(key)
         if previous is not None:
@@ -260,7 +269,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         node = inventory.node
         totals = _totals(inventory.gpus)
         cluster.names.learn(inventory)
-        for gone in cluster.listed.pop(node, set()) - totals.keys():
+        for gone in (gpu for gpu in cluster.listed.pop(node, ()) if gpu not in totals):
             slot = self._slot(cluster, (node, gone))
             slot.listed = False
             self._drop_if_unused(cluster, (node, gone), slot)
@@ -268,7 +277,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             slot = self._slot(cluster, (node, device))
             slot.total, slot.listed = total, True
         if totals:
-            cluster.listed[node] = set(totals)
+            cluster.listed[node] = tuple(totals)
 
     # --- time ------------------------------------------------------------------------------------
 
@@ -418,7 +427,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             slot = cluster.slots.get(rest)
             if slot is None:
                 return None
-            claimants = sorted(slot.claimants)
+            claimants = list(slot.claimants)
             return [slot.total, claimants, slot.kind, slot.until, slot.since, slot.listed, slot.sampled]
         if kind == "pod":
             pod = cluster.pods.get(rest[0])
@@ -441,9 +450,10 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             cluster.window_start, cluster.instant = value
         elif kind == "slot":
             total, claimants, sample_kind, until, since, listed, *sampled = value  # older: no flag
-            slot = cluster.slots[rest] = _Slot(total, since, set(claimants), sample_kind, until, listed)
+            claimed_by = tuple(sorted(claimants))
+            slot = cluster.slots[rest] = _Slot(total, since, claimed_by, sample_kind, until, listed)
             if listed:
-                cluster.listed.setdefault(rest[0], set()).add(rest[1])
+                cluster.listed[rest[0]] = (*cluster.listed.get(rest[0], ()), rest[1])
             if sampled and sampled[0]:
                 slot.sampled = True
                 cluster.sampled[rest[0]] = (*cluster.sampled.get(rest[0], ()), rest[1])
@@ -454,8 +464,8 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
             cluster.uid_of[(pod.owner.namespace, name)] = rest[0]
         elif kind == "container":
             uid, gpus = value
-            cluster.containers[rest] = (uid, frozenset(gpus))
-            cluster.containers_of.setdefault(uid, set()).add(rest)
+            cluster.containers[rest] = (uid, tuple(sorted(set(gpus))))
+            _add_container(cluster, uid, rest)
         elif kind == "sampled":
             cluster.sampled_at[rest[0]] = value
             slots = (cluster.slots[(rest[0], device)] for device in cluster.sampled.get(rest[0], ()))
@@ -507,3 +517,10 @@ def _totals(gpus: list[GpuDevice]) -> dict[str, float]:
 def _slices(partition: str | None) -> int:
     found = _MIG_SLICES.match(partition or "")
     return int(found.group(1)) if found else 1
+
+
+def _add_container(cluster: _Cluster, uid: str, key: _ContainerKey) -> None:
+    """Count container ``key`` among pod ``uid``'s."""
+    held = cluster.containers_of.get(uid, ())
+    if key not in held:
+        cluster.containers_of[uid] = (*held, key)
