@@ -62,8 +62,9 @@ def held_by_worker(settings: Settings, codec: AvroCodec, case: str) -> int:
 
 def held_by_baseline(settings: Settings, codec: AvroCodec) -> int:
     """Bytes a plain consumer holds keeping the latest decoded record per key of every input."""
-    specs = {s.name: s for op in operators("all") for s in op.inputs}
-    expected = input_count(settings, operators("all"))
+    made = operators("all")
+    specs = {s.name: s for op in made for s in op.inputs}
+    expected = input_count(settings, made)
     consumer = Consumer(
         settings.kafka.librdkafka(**{"group.id": "memory-baseline", "enable.auto.commit": False})
     )
