@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.pipeline.aggregating import BaseWindowedAggregator
 from gpulens.pipeline.checkpointing import StateKey
@@ -97,6 +97,7 @@ class _Owner:
 _NOBODY = _Owner("", "", "", "", ())
 _ContainerKey = tuple[str, str, str, str]
 """(node, namespace, pod, container)."""
+_T = TypeVar("_T", str, _ContainerKey)
 
 
 @dataclass(slots=True)
@@ -139,7 +140,7 @@ class _Cluster:
     containers: dict[_ContainerKey, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """(node, namespace, pod, container) -> (pod uid, its GPUs, sorted)."""
     containers_of: dict[str, tuple[_ContainerKey, ...]] = field(default_factory=dict)
-    """pod uid -> its containers. Tuples, as the slots' claimants: a pod has a container or two."""
+    """pod uid -> its containers, sorted. Tuples, as the slots' claimants: a pod has a container or two."""
     names: DeviceNames = field(default_factory=DeviceNames)
     claims: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     """pod uid -> what it claims (:meth:`IdleOwners._claims`), for the pods that claim any."""
@@ -215,12 +216,11 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         after = self._claims(cluster, uid)
         for key in before.keys() - after.keys():
             slot = self._slot(cluster, key)
-            slot.claimants = tuple(c for c in slot.claimants if c != uid)
+            slot.claimants = _without(slot.claimants, uid)
             self._drop_if_unused(cluster, key, slot)
         for key in after:
             slot = self._slot(cluster, key)
-            if uid not in slot.claimants:
-                slot.claimants = tuple(sorted((*slot.claimants, uid)))
+            slot.claimants = _with(slot.claimants, uid)
 
     def _pod(self, cluster: _Cluster, event: PodEvent) -> None:
         uid = event.uid
@@ -248,7 +248,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
 
         def remove() -> None:
             held_by = cluster.containers.pop(key)[0]
-            others = tuple(k for k in cluster.containers_of[held_by] if k != key)
+            others = _without(cluster.containers_of[held_by], key)
             if others:
                 cluster.containers_of[held_by] = others
             else:
@@ -257,7 +257,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         def add(uid: str) -> None:
             gpus = (cluster.names.device_id(d.device_id) for d in event.devices if d.kind == DeviceKind.GPU)
             cluster.containers[key] = (uid, tuple(sorted(set(gpus))))
-            _add_container(cluster, uid, key)
+            cluster.containers_of[uid] = _with(cluster.containers_of.get(uid, ()), key)
 
         previous = cluster.containers.get(key)
         if previous is not None:
@@ -465,7 +465,7 @@ class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
         elif kind == "container":
             uid, gpus = value
             cluster.containers[rest] = (uid, tuple(sorted(set(gpus))))
-            _add_container(cluster, uid, rest)
+            cluster.containers_of[uid] = _with(cluster.containers_of.get(uid, ()), rest)
         elif kind == "sampled":
             cluster.sampled_at[rest[0]] = value
             slots = (cluster.slots[(rest[0], device)] for device in cluster.sampled.get(rest[0], ()))
@@ -519,8 +519,15 @@ def _slices(partition: str | None) -> int:
     return int(found.group(1)) if found else 1
 
 
-def _add_container(cluster: _Cluster, uid: str, key: _ContainerKey) -> None:
-    """Count container ``key`` among pod ``uid``'s."""
-    held = cluster.containers_of.get(uid, ())
-    if key not in held:
-        cluster.containers_of[uid] = (*held, key)
+def _with(items: tuple[_T, ...], item: _T) -> tuple[_T, ...]:
+    """Sorted ``items`` with ``item`` among them (the same tuple if it was)."""
+    if item in items:
+        return items
+    merged = list(items)
+    merged.append(item)  # not (*items, item): mypy cannot unpack a constrained type variable
+    return tuple(sorted(merged))
+
+
+def _without(items: tuple[_T, ...], item: _T) -> tuple[_T, ...]:
+    """``items`` less ``item``, in order."""
+    return tuple(i for i in items if i != item)
