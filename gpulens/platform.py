@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import socket
 import sys
@@ -14,6 +15,7 @@ from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
 from gpulens.infra.broker import NOIDA_MALLOC_ENV, noida_argv, tansu_argv
+from gpulens.infra.clickhouse.allocator import engine_env
 from gpulens.infra.launching import ServiceManager, ServiceSpec, Status
 from gpulens.infra.log_writing import LogRotation
 from gpulens.schemas.model.exceptions import ConfigError, GPULensError
@@ -91,6 +93,7 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             ch.http_port,
             hint="set GPULENS_CLICKHOUSE__HTTP_PORT (and clickhouse.url) to another port",
             ready=lambda: _http_ok(f"http://{ch.http_host}:{ch.http_port}/ping"),
+            env=engine_env(os.environ),
             log_rotation=LOG_ROTATION,
         )
     return specs
