@@ -11,12 +11,15 @@ install: $(STAMP)
 # uv installs the lock file in seconds; it is bootstrapped with pip from PyPI. Bytecode is
 # compiled here, as pip does and uv does not by default: where PYTHONDONTWRITEBYTECODE is set
 # nothing else writes it, and every process would compile its imports again at start (about
-# 1.1 s of CPU for each gpulens command, restarts included).
+# 1.1 s of CPU for each gpulens command, restarts included). jemalloc, which `gpulens up` runs
+# the worker, the sink and the exporter on, is unpacked from Debian's package
+# (gpulens/infra/python_allocator.py); without it they run on CPython's allocator.
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9" 2>/dev/null || $(BIN)/python -m pip install -q uv
 	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip sync -q --compile-bytecode requirements.lock
 	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q --no-deps -e .
+	./deploy/jemalloc/install_jemalloc.sh >/dev/null || echo "jemalloc could not be unpacked into .tools/lib (apt-get download libjemalloc2 failed): the pipeline runs on CPython's allocator"
 	touch $(STAMP)
 
 # Our own package's bytecode, brought up to date before each run (only changed files compile).

@@ -71,9 +71,10 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 
 from confluent_kafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
@@ -98,7 +99,7 @@ from bench.e2e_report import (
 from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.infra.launching import port_open
-from gpulens.main_job import RETENTION, pipeline_specs
+from gpulens.main_job import EXPORTER, RETENTION, SINK, WORKER, pipeline_specs
 from gpulens.pipeline.operators import INPUT_ORDER
 from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, free_port, manager, private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
@@ -156,13 +157,25 @@ class Processes:
         return self._logs / f"{name}.log"
 
     def start(
-        self, name: str, argv: list[str], *, ready: Callable[[], bool] | None = None, timeout: float = 120.0
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        ready: Callable[[], bool] | None = None,
+        timeout: float = 120.0,
+        env: Mapping[str, str] = MappingProxyType({}),
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv``; with ``ready``, wait until it holds (or fail with the log's tail)."""
+        """Start ``argv`` (``env`` added to this environment); with ``ready``, wait until it
+        holds (or fail with the log's tail)."""
         self._logs.mkdir(parents=True, exist_ok=True)
         with self.log(name).open("ab") as out:
             process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **env},
             )
         self.running[name] = process
         deadline = time.monotonic() + timeout
@@ -231,8 +244,11 @@ def _pipeline(
     ready; stopped at the end."""
     processes = Processes(logs)
     gpulens = [sys.executable, "-m", "gpulens", "--config", str(config)]
+    specs = pipeline_specs(settings, config)  # as `gpulens up` runs them: their allocator
     try:
-        processes.start("sink", [*gpulens, "sink"], ready=processes.logged("sink", "sinking "))
+        processes.start(
+            "sink", [*gpulens, "sink"], ready=processes.logged("sink", "sinking "), env=specs[SINK].env
+        )
         processes.start(
             "worker",
             [
@@ -240,13 +256,17 @@ def _pipeline(
                 "--metrics-port", str(worker_metrics),
             ],
             ready=processes.logged("worker", "gpulens.pipeline.running: worker "),
+            env=specs[WORKER].env,
         )  # fmt: skip
         if options.exporter:
             exporter = settings.exporter
             processes.start(
-                "exporter", [*gpulens, "exporter"], ready=lambda: port_open(exporter.host, exporter.port)
+                "exporter",
+                [*gpulens, "exporter"],
+                ready=lambda: port_open(exporter.host, exporter.port),
+                env=specs[EXPORTER].env,
             )
-        if RETENTION in pipeline_specs(settings, config):  # as `gpulens up` runs it on noida-db
+        if RETENTION in specs:  # as `gpulens up` runs it on noida-db
             retention = settings.retention
             processes.start(
                 RETENTION,

@@ -19,6 +19,7 @@ import click
 
 from gpulens.config import GPULensSettings
 from gpulens.infra.launching import ServiceManager, ServiceSpec, State
+from gpulens.infra.python_allocator import allocator_env
 from gpulens.pipeline.settings import PROCESSORS
 
 if TYPE_CHECKING:
@@ -47,17 +48,19 @@ def pipeline_specs(
     python = _python(config_file)
     # the exporter's per-GPU mode reads what the worker's `latest` processor writes
     latest = ["--processors", ",".join(PROCESSORS)] if settings.exporter.per_gpu else []
+    allocator = allocator_env(settings.platform.python_allocator, os.environ)  # the data-heavy three
     specs = {
         WORKER: ServiceSpec(
-            WORKER, [*python, "worker", "--window", str(DEMO_WINDOW_S), "--no-nodes", *latest]
+            WORKER, [*python, "worker", "--window", str(DEMO_WINDOW_S), "--no-nodes", *latest], env=allocator
         ),
-        SINK: ServiceSpec(SINK, [*python, "sink"]),
+        SINK: ServiceSpec(SINK, [*python, "sink"], env=allocator),
         EXPORTER: ServiceSpec(
             EXPORTER,
             [*python, "exporter"],
             settings.exporter.host,
             settings.exporter.port,
             hint="set GPULENS_EXPORTER__PORT to another port",
+            env=allocator,
         ),
         API: ServiceSpec(
             API,

@@ -9,13 +9,17 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import chdb
 import pytest
 
+from gpulens.config import GPULensSettings
 from gpulens.infra.clickhouse.engine import LIBRARY
+from gpulens.infra.python_allocator import allocator_env, jemalloc_library
+from gpulens.main_job import EXPORTER, SINK, WORKER, pipeline_specs
 from gpulens.tuning import _glibc
 
 # What the processes below share: their RSS in MB, and a heap filled with ~400 MB of 1-2 KB
@@ -57,12 +61,22 @@ glibc_only = pytest.mark.skipif(_glibc() is None, reason="malloc_trim is glibc's
 
 
 def watch_rss(
-    script: str, *args: str, first: int, enough: Callable[[list[int], int], bool], within_s: float = 10
+    script: str,
+    *args: str,
+    first: int,
+    enough: Callable[[list[int], int], bool],
+    within_s: float = 10,
+    env: Mapping[str, str] = MappingProxyType({}),
 ) -> tuple[list[int], int]:
-    """Run ``script``: the first ``first`` RSS figures (MB) it prints, and the lowest it shows
-    after them, asked every 0.2 s for ``within_s`` or until ``enough(firsts, lowest)``."""
+    """Run ``script`` (``env`` added to this environment): the first ``first`` RSS figures (MB)
+    it prints, and the lowest it shows after them, asked every 0.2 s for ``within_s`` or until
+    ``enough(firsts, lowest)``."""
     with subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
     ) as process:
         assert process.stdin is not None and process.stdout is not None
         try:
@@ -198,3 +212,71 @@ def test_chdbs_unused_library_pages_are_handed_back_and_it_still_answers(tmp_pat
     assert handed < imported / 2, f"{imported} MB resident after the import, {handed} MB after the hand-back"
     assert queried < imported / 2, f"{queried} MB resident after a query ({imported} after the import)"
     assert answer == str(sum(range(1000)))
+
+
+# ~290 MB of small objects (233 bytes each), of which one in 4,000 stays: about one per
+# CPython arena (1 MB), as a long-running consumer keeps a little state among what it drops.
+FREE_ALL_BUT_ONE_IN_AN_ARENA = (
+    RSS
+    + """
+held = [bytes(200) for _ in range(1_200_000)]
+kept = held[::4_000]
+del held
+print(rss(), flush=True)
+"""
+    + ANSWER_WHEN_ASKED
+)
+
+
+def rss_after_freeing_small_objects(env: dict[str, str], within_s: float) -> tuple[int, int]:
+    """As :func:`rss_after_freeing`, for :data:`FREE_ALL_BUT_ONE_IN_AN_ARENA` run with ``env``
+    added (as the supervisor adds a pipeline process's allocator)."""
+    (freed,), lowest = watch_rss(
+        FREE_ALL_BUT_ONE_IN_AN_ARENA,
+        first=1,
+        enough=lambda f, low: low < f[0] / 2,
+        within_s=within_s,
+        env=env,
+    )
+    return freed, lowest
+
+
+def test_small_objects_freed_around_kept_ones_stay_with_cpythons_allocator() -> None:
+    freed, lowest = rss_after_freeing_small_objects({}, within_s=5)
+    assert lowest > freed * 0.8, f"RSS {freed} MB after freeing, {lowest} MB at the lowest"
+
+
+def test_a_pipeline_process_on_jemalloc_hands_back_small_objects_freed_around_kept_ones() -> None:
+    env = allocator_env("jemalloc", {})
+    if not env:
+        pytest.skip("no libjemalloc.so.2 here: `make install` unpacks it into .tools/lib")
+    freed, lowest = rss_after_freeing_small_objects(env, within_s=60)  # about 1 s alone
+    assert lowest < freed / 2, f"RSS {freed} MB after freeing, {lowest} MB at the lowest"
+
+
+def allocator_of_each_process(monkeypatch: pytest.MonkeyPatch, **platform: str) -> dict[str, str | None]:
+    """The library `gpulens up` preloads in each pipeline process (None: CPython's allocator)."""
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    settings = GPULensSettings.model_validate({"platform": platform})
+    return {name: spec.env.get("LD_PRELOAD") for name, spec in pipeline_specs(settings, None).items()}
+
+
+def test_the_worker_sink_and_exporter_run_on_jemalloc_and_nothing_else_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    library = jemalloc_library()
+    if library is None:
+        pytest.skip("no libjemalloc.so.2 here: `make install` unpacks it into .tools/lib")
+    preloaded = allocator_of_each_process(monkeypatch)
+    assert {name for name, lib in preloaded.items() if lib == library} == {WORKER, SINK, EXPORTER}
+    assert {lib for lib in preloaded.values()} == {library, None}
+
+
+def test_the_pipeline_runs_on_cpythons_allocator_when_told_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert set(allocator_of_each_process(monkeypatch, python_allocator="pymalloc").values()) == {None}
+
+
+def test_a_library_the_user_preloads_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LD_PRELOAD", "libtheirs.so")
+    settings = GPULensSettings()
+    assert all("LD_PRELOAD" not in spec.env for spec in pipeline_specs(settings, None).values())

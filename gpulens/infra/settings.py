@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpulens.infra.python_allocator import PythonAllocator
+
 
 class PlatformSettings(BaseModel):
     """The embedded platform: what `gpulens infra up` starts on this machine."""
@@ -32,6 +34,15 @@ class PlatformSettings(BaseModel):
         description="Hold the embedded chDB engine, serve it on clickhouse.http_port; or use clickhouse.url.",
     )
     start_timeout_s: float = Field(default=60.0, gt=0, description="How long a service may take to be ready.")
+    python_allocator: PythonAllocator = Field(
+        default="jemalloc",
+        description=(
+            "Allocator of the worker, the sink and the exporter as `gpulens up` runs them: jemalloc "
+            "(where `make install` or the system provides libjemalloc.so.2; else pymalloc) hands "
+            "freed memory back page by page (the worker at 20,000 GPUs: 185 MB against 247 at the "
+            "same CPU); pymalloc: CPython's own."
+        ),
+    )
 
 
 class RetentionSettings(BaseModel):
