@@ -5,10 +5,10 @@ back only once every object in it is gone. A long-running consumer interleaves w
 (state, caches) with what it drops (decoded records), so after a burst one kept object pins
 each arena: in the worker at 20,000 GPUs, 147 MB of arenas held 56 MB of live objects
 (``sys._debugmallocstats``). jemalloc hands back any freed 4 KB page. With it under
-``PYTHONMALLOC=malloc`` (every object from jemalloc), the worker's RSS at 20,000 GPUs was 184 /
-185 MB at 60 / 120 s against 242 / 247 on pymalloc, at the same CPU (25 % of a core; the five
+``PYTHONMALLOC=malloc`` (every object from jemalloc), the worker's RSS at 20,000 GPUs was 192 /
+193 MB at 60 / 120 s against 242 / 242 on pymalloc, at the same CPU (25 % of a core; the five
 processors' fleet path 32.5-33.8k samples per CPU-second against 32.1-33.1k). glibc's malloc
-instead of jemalloc took twice the CPU.
+instead of jemalloc was the slowest (27.4-29.8k).
 
 The library comes from Debian's ``libjemalloc2`` (``deploy/jemalloc/install_jemalloc.sh`` unpacks
 it into ``.tools/lib`` at ``make install``) or from the system. Where neither is found the

@@ -39,7 +39,7 @@ class PlatformSettings(BaseModel):
         description=(
             "Allocator of the worker, the sink and the exporter as `gpulens up` runs them: jemalloc "
             "(where `make install` or the system provides libjemalloc.so.2; else pymalloc) hands "
-            "freed memory back page by page (the worker at 20,000 GPUs: 185 MB against 247 at the "
+            "freed memory back page by page (the worker at 20,000 GPUs: 193 MB against 242 at the "
             "same CPU); pymalloc: CPython's own."
         ),
     )
