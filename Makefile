@@ -6,21 +6,27 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install bytecode demo smoke test lint lock bench down clean
 
-install: $(STAMP)
+JEMALLOC := .tools/lib/libjemalloc.so.2
+
+install: $(STAMP) $(JEMALLOC)
 
 # uv installs the lock file in seconds; it is bootstrapped with pip from PyPI. Bytecode is
 # compiled here, as pip does and uv does not by default: where PYTHONDONTWRITEBYTECODE is set
 # nothing else writes it, and every process would compile its imports again at start (about
-# 1.1 s of CPU for each gpulens command, restarts included). jemalloc, which `gpulens up` runs
-# the worker, the sink and the exporter on, is unpacked from Debian's package
-# (gpulens/infra/python_allocator.py); without it they run on CPython's allocator.
+# 1.1 s of CPU for each gpulens command, restarts included).
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9" 2>/dev/null || $(BIN)/python -m pip install -q uv
 	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip sync -q --compile-bytecode requirements.lock
 	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q --no-deps -e .
-	./deploy/jemalloc/install_jemalloc.sh >/dev/null || echo "jemalloc could not be unpacked into .tools/lib (apt-get download libjemalloc2 failed): the pipeline runs on CPython's allocator"
 	touch $(STAMP)
+
+# jemalloc, which `gpulens up` runs the worker, the sink and the exporter on, unpacked from
+# Debian's package (gpulens/infra/python_allocator.py). Its own target, not the lock's: a
+# checkout installed before it gets it too. Where it cannot be had, install goes on (the
+# processes run on CPython's allocator) and tries again next time.
+$(JEMALLOC):
+	./deploy/jemalloc/install_jemalloc.sh >/dev/null || echo "jemalloc could not be unpacked into .tools/lib (apt-get download libjemalloc2 failed): the pipeline runs on CPython's allocator"
 
 # Our own package's bytecode, brought up to date before each run (only changed files compile).
 bytecode: install

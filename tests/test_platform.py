@@ -345,7 +345,7 @@ def test_the_broker_hands_back_the_memory_of_records_it_deleted(own_platform: Pa
 
 def test_the_clickhouse_holder_hands_freed_pages_back_within_half_a_second(platform: GPULensSettings) -> None:
     """chDB's jemalloc keeps freed pages 5 s by ClickHouse's build; the holder asks for 500 ms
-    (its peak while sinking a fleet's backlog fell by about 75 MB)."""
+    (its peak while sinking a fleet's backlog fell by about 70 MB)."""
     query = urllib.parse.urlencode({"query": "SELECT * FROM system.jemalloc_stats FORMAT TSVRaw"})
     with urllib.request.urlopen(f"{platform.clickhouse.url}/?{query}", timeout=30) as response:
         stats = response.read().decode()

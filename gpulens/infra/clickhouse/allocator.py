@@ -4,9 +4,9 @@ chDB brings ClickHouse's own jemalloc (symbols prefixed ``je_``, so it reads ``J
 not ``MALLOC_CONF``). ClickHouse builds it to keep freed pages for 5 s before handing them
 back (``dirty_decay_ms:5000``): every insert batch of the sink parses and writes a part, and the
 holder's RSS rode on what the last few batches freed. Sinking a 2,500-node backlog (600,000
-samples, 100,000-row batches), its peak was 446-494 MB with 5 s (four runs), 386-389 MB with
+samples, 100,000-row batches), its peak was 436-494 MB with 5 s (six runs), 386-389 MB with
 500 ms and 344-373 MB with 0, at 5.3-6.0, 5.5-5.8 and 7.6-7.9 CPU-s: 500 ms keeps the CPU and
-takes the peak down by about 75 MB.
+takes the peak down by about 70 MB.
 """
 
 from __future__ import annotations
