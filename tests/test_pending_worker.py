@@ -17,7 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from trace_slices import head_of
-from worker_support import EPOCH, PODS_CSV, TRACE, gpulens, replay, spawn, worker_metrics
+from worker_support import EPOCH, PODS_CSV, TRACE, gpulens, replay, spawn, wait_reading, worker_metrics
 
 from gpulens.config import GPULensSettings
 from gpulens.pipeline.pending_waits import PendingWaits
@@ -74,6 +74,7 @@ def test_a_pending_worker_killed_mid_stream_and_restarted_writes_each_verdict_on
     try:
         first = spawn(worker, tmp_path / "worker-1.log")
         started.append(first)
+        wait_reading(first, tmp_path / "worker-1.log")
         replaying = replay(config, "pending-kill", "--nodes", str(nodes), "--speed", PACED_SPEED)
         started.append(replaying)
         rows: list[PendingGpuPod] = []

@@ -32,6 +32,8 @@ from worker_support import (
     replay,
     spawn,
     start_worker,
+    wait_reading,
+    worker_log,
     worker_metrics,
 )
 
@@ -166,6 +168,7 @@ def test_a_worker_killed_mid_stream_and_restarted_loses_and_repeats_nothing(
     try:
         first = start_worker(config_file, group)
         processes.append(first)
+        wait_reading(first, worker_log(config_file, group))
         replaying = replay(config_file, cluster, "--speed", PACED_SPEED, pods=pods_slice)
         processes.append(replaying)
         assert len(reader.read_until(300, 120)) >= 300, "the worker produced nothing before the kill"

@@ -37,6 +37,26 @@ def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> s
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
 
 
+READING = ("reading the inputs from the beginning", "reading on from the checkpointed offsets")
+"""What a worker logs once it holds its transactional id and reads: from then on it keeps up with
+a paced replay, however slowly the machine started it."""
+
+
+def wait_reading(worker: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
+    """Return once ``worker`` has logged to ``log`` that it reads its inputs. A replay started
+    before could be over before a worker slowed by a busy machine wrote its first rows, so a
+    test that kills the worker "mid-stream" starts the replay after this."""
+    deadline = time.monotonic() + timeout
+    while not any(line in log.read_text(errors="replace") for line in READING):
+        assert worker.poll() is None, f"the worker exited ({worker.returncode}) before reading: see {log}"
+        assert time.monotonic() < deadline, f"no reading within {timeout:.0f} s: see {log}"
+        time.sleep(0.1)
+
+
+def worker_log(config: Path, group: str, *extra: str) -> Path:
+    return config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log"
+
+
 def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[bytes]:
     """A worker writing hourly cluster rows only (the rows these tests read). A replay is its
     cluster's only source, so the worker waits 1 s, not the default 10, for other sources of a
@@ -45,7 +65,7 @@ def start_worker(config: Path, group: str, *extra: str) -> subprocess.Popen[byte
         config, "worker", "--window", "3600", "--no-nodes", "--no-overview", "--processors", "allocation",
         "--group", group, "--idle-ms", "3000", "--source-timeout", "1", *extra,
     )  # fmt: skip
-    return spawn(command, config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log")
+    return spawn(command, worker_log(config, group, *extra))
 
 
 def replay(config: Path, cluster: str, *extra: str, pods: Path = PODS_CSV) -> subprocess.Popen[bytes]:
