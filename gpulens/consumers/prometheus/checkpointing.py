@@ -185,9 +185,12 @@ class ExporterCheckpoint:
         """Rows as they arrived; one applied without its bytes is encoded, outside the state's
         lock (a scrape never waits for a checkpoint)."""
         return [
-            (_key(key), None if row is None else wire or self._codec.encode(self._specs[type(row)], row))
-            for key, row, wire in state.rows(keys)
+            (_key(key), held if held is None or isinstance(held, bytes) else self._encode(held))
+            for key, held in state.rows(keys)
         ]
+
+    def _encode(self, row: Record) -> bytes:
+        return self._codec.encode(self._specs[type(row)], row)
 
     def close(self) -> None:
         self._producer.flush(10)

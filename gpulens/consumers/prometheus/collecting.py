@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpulens.consumers.prometheus.state import LatestState
+from gpulens.consumers.prometheus.state import ClusterView, IdleView, LatestState, NodeView, WorkloadView
 from gpulens.schemas.model.gpu_metrics import (
     GPU_GAUGES,
     GPU_LABELS,
@@ -22,14 +22,8 @@ from gpulens.schemas.model.gpu_metrics import (
     gauge_families,
     gpu_label_values,
 )
-from gpulens.schemas.model.models import (
-    ClusterGpuAllocation,
-    IdleGpuHours,
-    NodeGpuAllocation,
-    WorkloadGpuUsage,
-)
 
-CLUSTER_GAUGES: tuple[GaugeDef[ClusterGpuAllocation], ...] = (
+CLUSTER_GAUGES: tuple[GaugeDef[ClusterView], ...] = (
     GaugeDef(
         "gpu_allocation_rate",
         "GPUs held / capacity, time-weighted over the newest window.",
@@ -51,14 +45,14 @@ CLUSTER_GAUGES: tuple[GaugeDef[ClusterGpuAllocation], ...] = (
         lambda r: r.pods_pending_end,
     ),
 )
-NODE_GAUGES: tuple[GaugeDef[NodeGpuAllocation], ...] = (
+NODE_GAUGES: tuple[GaugeDef[NodeView], ...] = (
     GaugeDef(
         "node_k8s_gpu_allocation_rate",
         "GPUs held / capacity of the node over the newest window.",
         lambda r: r.allocation_rate_avg,
     ),
 )
-WORKLOAD_GAUGES: tuple[GaugeDef[WorkloadGpuUsage], ...] = (
+WORKLOAD_GAUGES: tuple[GaugeDef[WorkloadView], ...] = (
     GaugeDef(
         "consumer_pod_gpu_usage",
         "Mean utilization (%) of the workload's GPUs over the newest window.",
@@ -115,7 +109,7 @@ class StateCollector(Collector):
         yield alerts
 
 
-def _idle_families(rows: list[IdleGpuHours]) -> Iterator[Metric]:
+def _idle_families(rows: list[IdleView]) -> Iterator[Metric]:
     """Each owner's GPU-seconds (Prometheus's base unit) of the newest idle_gpu_hours window by
     usage, summed over its GPUs, and each cluster's unallocated GPU-seconds of that window."""
     held: dict[tuple[str, ...], list[float]] = {}
