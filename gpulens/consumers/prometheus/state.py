@@ -9,10 +9,10 @@ Every series has a key, ``(kind, *labels)``, and holds a :class:`Held`: the row'
 the few values a scrape shows of it (a view, its strings interned: names repeat across series)
 and the bytes it arrived as (its wire format: a checkpoint writes them as they are, encoding a
 GPU sample batch again would cost about three times its decoding). Not the decoded row: at
-100,000 GPUs, an hour in, 12,500 node, 25,000 workload and 100,000 idle rows took 221 MB
-decoded. The state names the keys that changed since it was last asked, so that a checkpoint
-writes only those, and takes rows back by key at a restart (see
-:mod:`gpulens.consumers.prometheus.checkpointing`):
+100,000 GPUs, an hour in, 12,500 node, 25,000 workload and 100,000 idle rows took 213 MB
+decoded with their bytes, 75 MB held so (``python -m bench.exporter_memory``). The state names
+the keys that changed since it was last asked, so that a checkpoint writes only those, and
+takes rows back by key at a restart (see :mod:`gpulens.consumers.prometheus.checkpointing`):
 
 - ``("cluster", cluster)``: the newest :class:`ClusterGpuAllocation`;
 - ``("node", cluster, node)``: the newest :class:`NodeGpuAllocation`;
