@@ -18,7 +18,6 @@ import argparse
 import gc
 import tempfile
 import tracemalloc
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -31,6 +30,7 @@ from gpulens.platform import private_platform
 from gpulens.schemas.model.models import IdleGpuHours, NodeGpuAllocation, Record, WorkloadGpuUsage
 from gpulens.schemas.model.topics import IDLE_GPU_HOURS, NODE_ALLOCATION, WORKLOAD_USAGE, TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.memory import traced_bytes
 
 CLUSTER = "fleet"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -100,17 +100,6 @@ def idle_row(gpu: int, workloads: int) -> IdleGpuHours:
     )
 
 
-def traced(fill: Callable[[], object]) -> float:
-    """MB that what ``fill()`` returns holds (``tracemalloc``), once it has returned."""
-    gc.collect()
-    before = tracemalloc.get_traced_memory()[0]
-    kept = fill()
-    gc.collect()
-    size = tracemalloc.get_traced_memory()[0] - before
-    del kept
-    return size / 1e6
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -147,8 +136,8 @@ def measure(codec: AvroCodec, kinds: list[tuple[str, TopicSpec, list[bytes]]]) -
     state = LatestState()
     print(f"{'kind':<9} {'rows':>8} {'bytes each':>10} {'decoded rows + bytes':>21} {'LatestState':>12}")
     for kind, topic, values in kinds:
-        baseline = traced(partial(decoded, codec, topic, values))
-        held = traced(partial(applied, state, codec, topic, values))
+        baseline = traced_bytes(partial(decoded, codec, topic, values))[0] / 1e6
+        held = traced_bytes(partial(applied, state, codec, topic, values))[0] / 1e6
         print(f"{kind:<9} {len(values):>8,} {len(values[0]):>10} {baseline:>18.1f} MB {held:>9.1f} MB")
     registry = CollectorRegistry()
     registry.register(StateCollector(state))

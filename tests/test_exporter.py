@@ -10,14 +10,12 @@ serves them from each node's newest batch on gpulens.state.gpu-samples.v1.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
-import tracemalloc
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -54,6 +52,7 @@ from gpulens.schemas.model.topics import (
     record_key,
 )
 from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.testing.memory import traced_bytes
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 WINDOW = timedelta(seconds=30)
@@ -499,24 +498,10 @@ def test_ended_workloads_disappear_and_health_is_counted(
     assert samples[records_in] == 5
 
 
-def allocated_by(measure: Callable[[], object]) -> int:
-    """Bytes (tracemalloc) that what ``measure()`` returns holds, once it has returned."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        kept = measure()
-        gc.collect()
-        size = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    del kept
-    return size
-
-
 def test_a_series_holds_what_a_scrape_shows_and_its_bytes_not_the_decoded_row(codec) -> None:
     """An hour into a 100,000-GPU cluster the exporter holds 100,000 idle rows (one per GPU and
-    owner); kept decoded beside their bytes, they took 171 MB. 8,000 such rows (8 GPUs a node, a
+    owner); kept decoded beside their bytes, they took 168 MB (``python -m bench.exporter_memory``).
+    8,000 such rows (8 GPUs a node, a
     workload every 4 GPUs) must take under half of what their decoded rows and bytes take."""
     rows = [
         idle_row("c", 0, f"gpu-{i % 8}", f"w{i // 4}", active=0.5, idle=0.5).model_copy(
@@ -532,7 +517,7 @@ def test_a_series_holds_what_a_scrape_shows_and_its_bytes_not_the_decoded_row(co
             state.apply(codec.decode(IDLE_GPU_HOURS, wire), wire)
         return state
 
-    decoded = allocated_by(lambda: [(codec.decode(IDLE_GPU_HOURS, wire), wire) for wire in wires])
-    held = allocated_by(filled)
-    assert len(filled().snapshot().idle) == 8_000, "every row is a series of the newest window"
+    decoded, _ = traced_bytes(lambda: [(codec.decode(IDLE_GPU_HOURS, wire), wire) for wire in wires])
+    held, state = traced_bytes(filled)
+    assert len(state.snapshot().idle) == 8_000, "every row is a series of the newest window"
     assert held < decoded / 2, f"the state took {held / 1e6:.1f} MB, the decoded rows {decoded / 1e6:.1f} MB"

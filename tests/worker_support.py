@@ -16,6 +16,7 @@ import pytest
 from allocation_oracle import expected_rows
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from sink_support import wait_for
 
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.schemas.model.models import ClusterGpuAllocation
@@ -46,11 +47,12 @@ def wait_reading(worker: subprocess.Popen[bytes], log: Path, timeout: float = 12
     """Return once ``worker`` has logged to ``log`` that it reads its inputs. A replay started
     before could be over before a worker slowed by a busy machine wrote its first rows, so a
     test that kills the worker "mid-stream" starts the replay after this."""
-    deadline = time.monotonic() + timeout
-    while not any(line in log.read_text(errors="replace") for line in READING):
-        assert worker.poll() is None, f"the worker exited ({worker.returncode}) before reading: see {log}"
-        assert time.monotonic() < deadline, f"no reading within {timeout:.0f} s: see {log}"
-        time.sleep(0.1)
+    wait_for(
+        lambda: worker.poll() is not None or any(line in log.read_text(errors="replace") for line in READING),
+        timeout,
+        f"the worker to read its inputs (see {log})",
+    )
+    assert worker.poll() is None, f"the worker exited ({worker.returncode}) before reading: see {log}"
 
 
 def worker_log(config: Path, group: str, *extra: str) -> Path:
