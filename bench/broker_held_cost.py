@@ -10,11 +10,10 @@ topic, as `gpulens retention` keeps what the pipeline has not consumed yet. Per 
 ``--settle`` s, it measures over ``--measure`` s the broker's CPU (% of one core), its RSS
 (least and most, every 0.1 s) and how long it took to acknowledge each record (p50, p99,
 max): what every producer on the machine waits. Then it asks five times where the records
-stamped from the middle of what it holds begin (ListOffsets by time over the six partitions,
-as the watermark barriers of a worker behind ask, and `gpulens retention` for its horizon) and
-prints the median answer's time. The first
-hold is the baseline: the same stream with next to nothing held, what producing and deleting
-alone cost.
+stamped from the middle of what it holds begin (ListOffsets by time over the six partitions:
+the question a worker behind asks for its watermark barriers; `gpulens retention` asks it too,
+for its horizon) and prints the median answer's time. The first hold is the baseline: the same
+stream with next to nothing held, what producing and deleting alone cost.
 
 noida-db rewrites its whole state to one JSON file while anything changes, one save after the
 other ("The broker's loss window" in the README), so its CPU and RSS follow what it holds, not

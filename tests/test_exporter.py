@@ -501,8 +501,8 @@ def test_ended_workloads_disappear_and_health_is_counted(
 def test_a_series_holds_what_a_scrape_shows_and_its_bytes_not_the_decoded_row(codec) -> None:
     """An hour into a 100,000-GPU cluster the exporter holds 100,000 idle rows (one per GPU and
     owner); kept decoded beside their bytes, they took 168 MB (``python -m bench.exporter_memory``).
-    8,000 such rows (8 GPUs a node, a
-    workload every 4 GPUs) must take under half of what their decoded rows and bytes take."""
+    8,000 such rows (8 GPUs a node, a workload every 4 GPUs) must take under half of what their
+    decoded rows and bytes take."""
     rows = [
         idle_row("c", 0, f"gpu-{i % 8}", f"w{i // 4}", active=0.5, idle=0.5).model_copy(
             update={"node": f"node-{i // 8:05d}"}
