@@ -126,20 +126,67 @@ def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() ->
     assert clocks.limit("c") == 1_000
 
 
-def test_watermarks_of_one_second_of_produce_time_share_one_question_and_its_answer() -> None:
-    """Thousands of agents' watermarks produced within a second: the broker is asked once."""
+def test_a_backlog_of_many_seconds_of_produce_time_is_asked_about_once_for_its_newest_second() -> None:
+    """Catching up, one fetch covers many seconds of produce time: the broker, whose answer costs
+    what it holds, is asked once, about the newest instant, which bounds every earlier watermark
+    soundly (only a little later)."""
+    clocks = started(ManualClock(), "a", "b", "c")
+    for source, produced_ms in (("a", 50_100), ("b", 57_900), ("c", 53_000)):
+        clocks.watermark("c", source, 1_000, final=False, produced_ms=produced_ms)
+    asked: list[int] = []
+    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append)
+    assert asked == [60_000], "one question, for the newest watermark's second plus the skew"
+    clocks.lower(60_000, {NODES: 40, PODS: 60})
+    clocks.settle({NODES: 40, PODS: 60})
+    assert clocks.time("c") == 1_000, "all three barriers came down to the one answer"
+
+
+def test_the_question_asks_about_what_the_consumer_has_nearly_reached_in_produce_time() -> None:
+    """Watermarks of many seconds read at once (a backlog): asking about the newest would bring
+    no barrier down before the whole backlog is read; the question follows the fetch instead
+    (the newest instant a waiting watermark needs up to a second past it; else the oldest)."""
+    clock = ManualClock()
+    clocks = started(clock, *"abcd")
+    for source, produced_ms in zip("abcd", (50_000, 51_000, 55_000, 58_000), strict=True):
+        clocks.watermark("c", source, 1_000, final=False, produced_ms=produced_ms)
+    asked: list[int] = []
+    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append, fetched_ms=0)
+    assert asked == [53_000], "nothing fetched yet: the oldest instant waiting"
+    clocks.lower(53_000, {NODES: 40, PODS: 60})
+    clock.now += BARRIER_EVERY_S
+    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append, fetched_ms=57_200)
+    assert asked == [53_000, 58_000], "b and c (up to a second past the fetch), not d"
+    clocks.lower(58_000, {NODES: 400, PODS: 600})
+    clocks.settle({NODES: 400, PODS: 600})
+    assert clocks.limit("c") < 0, "d waits for the end offsets or a later question"
+    clock.now += BARRIER_EVERY_S
+    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append, fetched_ms=60_500)
+    assert asked == [53_000, 58_000, 61_000]
+    clocks.lower(61_000, {NODES: 700, PODS: 900})
+    clocks.settle({NODES: 700, PODS: 900})
+    assert clocks.limit("c") == 1_000
+
+
+def test_one_question_by_time_is_in_flight_and_those_read_meanwhile_are_asked_next() -> None:
+    """A broker slow to answer is not asked again meanwhile: the watermarks read in between keep
+    the end offsets as their barrier and share the next question once the answer is in."""
     clock = ManualClock()
     clocks = started(clock, "a", "b")
     asked: list[int] = []
     clocks.watermark("c", "a", 1_000, final=False, produced_ms=50_100)
     clocks.barrier({NODES: 500, PODS: 700}, asked.append)
     clock.now += BARRIER_EVERY_S
-    clocks.watermark("c", "b", 1_000, final=False, produced_ms=50_900)
+    clocks.watermark("c", "b", 1_000, final=False, produced_ms=51_900)
     clocks.barrier({NODES: 800, PODS: 900}, asked.append)
-    assert asked == [53_000], "one question for both, still in flight at the second barrier"
+    assert asked == [53_000], "the first question is still in flight"
     clocks.lower(53_000, {NODES: 40, PODS: 60})
-    clocks.settle({NODES: 40, PODS: 60})
-    assert clocks.time("c") == 1_000, "both barriers came down to the answer"
+    clock.now += BARRIER_EVERY_S
+    assert clocks.wants_barrier, "b waits for a question and none is in flight"
+    clocks.barrier({NODES: 900, PODS: 990}, asked.append)
+    assert asked == [53_000, 54_000]
+    clocks.lower(54_000, {NODES: 70, PODS: 80})
+    clocks.settle({NODES: 70, PODS: 80})
+    assert clocks.time("c") == 1_000, "both barriers came down to an answer"
 
 
 def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> None:

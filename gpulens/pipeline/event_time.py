@@ -55,8 +55,8 @@ still applied (restamped), one older than it would put long-superseded state bac
 
 Scale: a cluster may have thousands of sources (one per agent: 12,500 at 100,000 GPUs), so no
 worker step costs sources times partitions. End offsets are asked for at most every
-``BARRIER_EVERY_S``, and every watermark read since shares that one barrier (one more per second
-of produce time where the broker can lower it); each barrier is checked once per
+``BARRIER_EVERY_S``, and every watermark read since shares that one barrier (lowered by at most
+one question by time in flight, asked at most as often); each barrier is checked once per
 :meth:`EventClocks.settle`, which visits only the sources with watermarks waiting. A cluster's
 time is computed once per change of its sources' watermarks (or when a source may have turned
 silent or its grace ended), not per question, and its newest time, asked per record, is kept as
@@ -212,9 +212,12 @@ class EventClocks:
         """Sources with watermarks waiting for their barrier: what :meth:`settle` visits."""
         self._unasked: list[_Pending] = []
         """Watermarks without a barrier yet."""
-        self._lowering: dict[int, list[_Pending]] = {}
-        """Watermarks whose barrier waits for the broker's answer to a question by time, per
-        instant asked about (:meth:`lower`)."""
+        self._unlowered: dict[int, list[_Pending]] = {}
+        """Watermarks whose barrier (end offsets) the broker may bring down, not asked about yet,
+        by the instant a question must ask about (or later) to bring them down (:meth:`barrier`)."""
+        self._lowering: tuple[int, list[_Pending]] | None = None
+        """The one question by time in flight: the instant asked about, and the watermarks whose
+        barrier its answer brings down (:meth:`lower`)."""
         self._asked_at = -math.inf
         """Wall time of the last barrier (end offsets are asked for at most every BARRIER_EVERY_S)."""
         self._moved: set[tuple[str, str]] = set()
@@ -276,15 +279,31 @@ class EventClocks:
 
     @property
     def wants_barrier(self) -> bool:
-        """Some watermark read has no barrier yet and the last barrier is BARRIER_EVERY_S old:
-        the worker should observe end offsets."""
-        return bool(self._unasked) and self._clock() - self._asked_at >= BARRIER_EVERY_S
+        """The last barrier is BARRIER_EVERY_S old and some watermark read has no barrier yet, or
+        some wait for a question by time and none is in flight: the worker should observe end
+        offsets (and may ask)."""
+        waiting = bool(self._unasked) or (bool(self._unlowered) and self._lowering is None)
+        return waiting and self._clock() - self._asked_at >= BARRIER_EVERY_S
 
-    def barrier(self, ends: Mapping[Partition, int], ask: Callable[[int], None] | None = None) -> None:
+    def barrier(
+        self,
+        ends: Mapping[Partition, int],
+        ask: Callable[[int], None] | None = None,
+        *,
+        fetched_ms: int = UNBOUNDED,
+    ) -> None:
         """End offsets of every input partition, observed after the watermarks read so far: their
         barrier. ``ask(ms)``: have the broker say where each partition's records stamped at
         ``ms`` or later begin, in the background; its answer, given to :meth:`lower`, brings
-        these barriers down (until then the ends stand, which is sound, only later)."""
+        these barriers down (until then the ends stand, which is sound, only later).
+
+        The broker's answer costs what it holds, and a worker behind reads many seconds of
+        produce time's watermarks at once, so one question is in flight at a time, asked at most
+        every BARRIER_EVERY_S: about the newest instant a waiting watermark needs up to a second
+        past ``fetched_ms`` (how far in produce time the input partitions not yet fetched to
+        their end are fetched: the oldest of their newest records' timestamps), or else about
+        the oldest one. An answer about a later instant brings every earlier watermark down
+        soundly, and the barriers it sets are about to be met by the consumer."""
         self._asked_at = self._clock()
         shared = dict(ends)
         now_ms = self._wall_clock() * 1000
@@ -292,23 +311,27 @@ class EventClocks:
             pending.barrier = shared
             if ask is None or pending.produced_ms is None:
                 continue
-            # one question per second of produce time: a later bound is only safer
             second = (pending.produced_ms + CLOCK_SKEW_MS) // 1000 * 1000 + 1000
             if second > now_ms:  # nothing is stamped there yet: a worker keeping up asks nothing
                 continue
-            lowering = self._lowering.get(second)
-            if lowering is None:
-                lowering = self._lowering[second] = []
-                ask(second)
-            lowering.append(pending)
+            self._unlowered.setdefault(second, []).append(pending)
         self._unasked = []
+        if ask is None or not self._unlowered or self._lowering is not None:
+            return
+        near = [second for second in self._unlowered if second <= fetched_ms + 1000]
+        at_ms = max(near) if near else min(self._unlowered)
+        lowering = [p for second in near or [at_ms] for p in self._unlowered.pop(second)]
+        self._lowering = (at_ms, lowering)
+        ask(at_ms)
 
     def lower(self, at_ms: int, stamped_from: Mapping[Partition, int]) -> None:
         """The broker's answer to ``ask(at_ms)`` (:meth:`barrier`): per partition, the first offset
         stamped at ``at_ms`` or later (absent where it cannot tell; empty if it did not answer).
         The barriers of the watermarks that wait for it come down to it."""
+        if self._lowering is None or self._lowering[0] != at_ms:
+            return  # never: the worker hands over the answer to the one question in flight
         lowered: dict[int, dict[Partition, int]] = {}
-        for pending in self._lowering.pop(at_ms, []):
+        for pending in self._lowering[1]:
             barrier = pending.barrier
             if barrier is None:  # never: a watermark waits here with the ends as its barrier
                 continue
@@ -318,6 +341,7 @@ class EventClocks:
                     p: min(end, stamped_from[p]) if p in stamped_from else end for p, end in barrier.items()
                 }
             pending.barrier = down
+        self._lowering = None
 
     def settle(self, fetched: Mapping[Partition, int]) -> None:
         """Apply the watermarks whose barrier the consumer has fetched up to (next offsets)."""

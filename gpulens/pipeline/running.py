@@ -67,7 +67,7 @@ from prometheus_client import Counter, Gauge
 from gpulens.pipeline.alignment import Alignment
 from gpulens.pipeline.checkpointing import Checkpoint, Stateful
 from gpulens.pipeline.compaction import WriterCompaction
-from gpulens.pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
+from gpulens.pipeline.event_time import DEFAULT_BOUNDS, UNBOUNDED, EventClocks, EventTimeBounds
 from gpulens.pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from gpulens.pipeline.hanging_transactions import HangingTransactionReaper
 from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
@@ -262,8 +262,9 @@ class StreamWorker:
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
         self._admin = AdminClient(kafka.librdkafka())
         """Asks offsets by time in the background (:meth:`_ask_stamped_from`)."""
-        self._asked_by_time: deque[tuple[int, dict[TopicPartition, Future[ListOffsetsResultInfo]]]] = deque()
-        """Questions by time in flight, oldest first: the instant asked about, an answer per partition."""
+        self._asked_by_time: tuple[int, dict[TopicPartition, Future[ListOffsetsResultInfo]]] | None = None
+        """The question by time in flight (the clocks ask one at a time): the instant asked about,
+        an answer per partition."""
         self._merges: dict[str, EventTimeMerge[Input]] = {}
         self._clocks = EventClocks(
             source_timeout_s=options.source_timeout_s, allowed_lateness_ms=options.allowed_lateness_ms
@@ -303,6 +304,8 @@ class StreamWorker:
             for tp in partitions
         }
         """Next offset to fetch per partition."""
+        self._fetched_ms: dict[tuple[str, int], int] = {}
+        """The timestamp (produce time) of the newest record fetched per partition."""
         self._consumer.assign(
             [
                 TopicPartition(
@@ -406,22 +409,24 @@ class StreamWorker:
         except KafkaException as err:  # the end offsets alone still make a sound barrier
             log.warning("offsets by time unavailable (%s): barriers wait for the end offsets", err)
             answers = {}
-        self._asked_by_time.append((at_ms, answers))
+        self._asked_by_time = (at_ms, answers)
 
     def _lower_barriers(self) -> None:
-        """Give the clocks the broker's answers to the questions by time that have come back."""
-        while self._asked_by_time and all(f.done() for f in self._asked_by_time[0][1].values()):
-            at_ms, answers = self._asked_by_time.popleft()
-            found = {}
-            for partition, answer in answers.items():
-                try:
-                    offset = answer.result().offset
-                except KafkaException as err:  # that partition's end offset stands
-                    log.debug("offset by time of %s/%d: %s", partition.topic, partition.partition, err)
-                    continue
-                if offset >= 0:
-                    found[(partition.topic, partition.partition)] = offset
-            self._clocks.lower(at_ms, found)
+        """Give the clocks the broker's answer to the question by time, once it has come back."""
+        if self._asked_by_time is None or not all(f.done() for f in self._asked_by_time[1].values()):
+            return
+        at_ms, answers = self._asked_by_time
+        self._asked_by_time = None
+        found = {}
+        for partition, answer in answers.items():
+            try:
+                offset = answer.result().offset
+            except KafkaException as err:  # that partition's end offset stands
+                log.debug("offset by time of %s/%d: %s", partition.topic, partition.partition, err)
+                continue
+            if offset >= 0:
+                found[(partition.topic, partition.partition)] = offset
+        self._clocks.lower(at_ms, found)
 
     def _partitions(self) -> list[TopicPartition]:
         metadata = retry_transient(
@@ -468,7 +473,8 @@ class StreamWorker:
         self._idle.tick()
         ends = self._end_offsets() if self._clocks.wants_barrier else None
         if ends is not None:
-            self._clocks.barrier(ends, self._ask_stamped_from)
+            behind = [self._fetched_ms.get(p, 0) for p, end in ends.items() if self._fetched.get(p, 0) < end]
+            self._clocks.barrier(ends, self._ask_stamped_from, fetched_ms=min(behind, default=UNBOUNDED))
         self._lower_barriers()
         self._clocks.settle(self._fetched)
         for cluster, merge in list(self._merges.items()):
@@ -584,6 +590,7 @@ class StreamWorker:
             return
         offset = message.offset() or 0
         self._fetched[(topic, partition)] = offset + 1
+        self._fetched_ms[(topic, partition)] = message.timestamp()[1]
         self._idle.received(topic, partition)
         record: Input
         key = message.key()
