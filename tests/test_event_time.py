@@ -82,6 +82,24 @@ def test_end_offsets_are_asked_for_at_most_twice_a_second_and_shared_by_the_wate
     assert clocks.time("c") == 1_000, "every watermark read before the barrier took effect by it"
 
 
+def test_end_offsets_asked_in_the_background_are_the_barrier_only_of_watermarks_read_before() -> None:
+    """A watermark read while the end offsets are on their way may vouch for records acknowledged
+    after the broker answered: it waits for the next end offsets."""
+    clock = ManualClock()
+    clocks = started(clock, "a", "b")
+    clocks.watermark("c", "a", 1_000, final=False)
+    covers = clocks.asking_ends()
+    clocks.watermark("c", "b", 1_000, final=False)
+    clocks.barrier({NODES: 5, PODS: 7}, covers=covers)
+    clocks.settle({NODES: 5, PODS: 7})
+    assert clocks.limit("c") < 0, "b's first watermark still waits for its barrier"
+    clock.now += BARRIER_EVERY_S
+    assert clocks.wants_barrier
+    clocks.barrier({NODES: 9, PODS: 9}, covers=clocks.asking_ends())
+    clocks.settle({NODES: 9, PODS: 9})
+    assert clocks.limit("c") == 1_000
+
+
 def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_before_it() -> None:
     """Catching up, the watermarks are read long before the data: each takes effect once the
     partitions are fetched to where records stamped after it (plus the clock skew) begin, as

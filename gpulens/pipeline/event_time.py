@@ -285,17 +285,26 @@ class EventClocks:
         waiting = bool(self._unasked) or (bool(self._unlowered) and self._lowering is None)
         return waiting and self._clock() - self._asked_at >= BARRIER_EVERY_S
 
+    def asking_ends(self) -> int:
+        """The worker asks the broker for end offsets now, in the background: the number of
+        watermarks read so far, whose barrier its answer will be (``barrier(covers=)``)."""
+        self._asked_at = self._clock()
+        return len(self._unasked)
+
     def barrier(
         self,
         ends: Mapping[Partition, int],
         ask: Callable[[int], None] | None = None,
         *,
         fetched_ms: int = UNBOUNDED,
+        covers: int | None = None,
     ) -> None:
-        """End offsets of every input partition, observed after the watermarks read so far: their
-        barrier. ``ask(ms)``: have the broker say where each partition's records stamped at
-        ``ms`` or later begin, in the background; its answer, given to :meth:`lower`, brings
-        these barriers down (until then the ends stand, which is sound, only later).
+        """End offsets of every input partition, observed after the watermarks read so far (the
+        first ``covers`` of those waiting for one, where they were asked for in the background:
+        :meth:`asking_ends`): their barrier. ``ask(ms)``: have the broker say where each
+        partition's records stamped at ``ms`` or later begin, in the background; its answer,
+        given to :meth:`lower`, brings these barriers down (until then the ends stand, which is
+        sound, only later).
 
         The broker's answer costs what it holds, and a worker behind reads many seconds of
         produce time's watermarks at once, so one question is in flight at a time, asked at most
@@ -304,10 +313,11 @@ class EventClocks:
         their end are fetched: the oldest of their newest records' timestamps), or else about
         the oldest one. An answer about a later instant brings every earlier watermark down
         soundly, and the barriers it sets are about to be met by the consumer."""
-        self._asked_at = self._clock()
+        if covers is None:
+            covers = self.asking_ends()
         shared = dict(ends)
         now_ms = self._wall_clock() * 1000
-        for pending in self._unasked:
+        for pending in self._unasked[:covers]:
             pending.barrier = shared
             if ask is None or pending.produced_ms is None:
                 continue
@@ -315,7 +325,7 @@ class EventClocks:
             if second > now_ms:  # nothing is stamped there yet: a worker keeping up asks nothing
                 continue
             self._unlowered.setdefault(second, []).append(pending)
-        self._unasked = []
+        del self._unasked[:covers]
         if ask is None or not self._unlowered or self._lowering is not None:
             return
         near = [second for second in self._unlowered if second <= fetched_ms + 1000]
