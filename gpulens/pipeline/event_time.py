@@ -9,14 +9,18 @@ Rules, per cluster:
 
 - A watermark read is not trusted at once: records acknowledged before it was produced may
   sit in partitions the consumer has not fetched that far. It takes effect once every input
-  partition has been fetched up to its *barrier*: the end offsets observed right after it was
-  read, lowered, where the broker can tell, to the first offset stamped ``CLOCK_SKEW_MS`` after
-  the watermark itself was produced (its source stamped its earlier records before it). So a
+  partition has been fetched up to its *barrier*: the end offsets asked for after it was
+  read (in one request, in the background), lowered, where the broker can tell, to the first
+  offset stamped ``CLOCK_SKEW_MS`` after the watermark itself was produced (its source stamped
+  its earlier records before it). So a
   worker catching up on a backlog releases as it reads, instead of holding everything read
   until the backlog's end: memory follows the skew allowance, not the backlog. The broker is
   asked in the background, the end offsets standing until it answers, and only once that
   instant has passed by the worker's clock (before it, nothing is stamped there): asked in
-  line, the question took 15-16 % of the worker's wall time at 100,000 GPUs.
+  line, the question took 15-16 % of the worker's wall time at 100,000 GPUs. One question is
+  in flight at a time, about what the fetch has nearly reached (:meth:`EventClocks.barrier`):
+  one per second of produce time put 27 questions at once on a broker holding a start's
+  backlog, each costing what it holds, and the worker fell further behind.
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source none of whose
   watermarks has taken effect yet holds the cluster back entirely while its first watermark
