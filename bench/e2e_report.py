@@ -101,6 +101,8 @@ class SizeResult:
     others_pct: float = 0.0
     """Of which processes this benchmark did not start (other work on the machine)."""
     poll_query_ms_p50: float = 0.0
+    full_polls: int = 0
+    """Visibility polls that grouped the whole table (:class:`bench.e2e_probes.RowPoller`)."""
     rss_over_time: dict[str, list[int]] = field(default_factory=dict)
     """RSS (MB, VmRSS) of the broker, the worker and the system under test together, every
     :data:`RSS_STEP_S` from the simulator's start."""

@@ -484,6 +484,7 @@ def _analyse(
         ((system_pss_kb(found) or 0) / 1024 for _, found in sampler.series), default=0.0
     )
     result.poll_query_ms_p50 = 1000 * quantile([(q, 1) for q in rows.query_s], 0.5) if rows.query_s else 0.0
+    result.full_polls = rows.full_polls
 
     if result.sim_late_p99_s > options.interval_s:
         result.failures.append(f"simulator behind (p99 {result.sim_late_p99_s:.1f} s late)")
@@ -507,7 +508,7 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             f"samples); the cluster's start took the simulator {r.sim_prime_s:.1f} s"
             + (f" ({r.sim_prime_overrun_s:.1f} s past the planned start)" if r.sim_prime_overrun_s else "")
             + f"; worker caught up {_after(r.worker_caught_up_after_s)} after publishing ended; "
-            f"visibility query p50 {r.poll_query_ms_p50:.0f} ms"
+            f"visibility query p50 {r.poll_query_ms_p50:.0f} ms ({r.full_polls} over the whole table)"
         )
         if r.worker_cycles is not None and r.worker_commit_s is not None:  # 0 (stalled) shown too
             window_s = r.duration_s - options.warmup_s
