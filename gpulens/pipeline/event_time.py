@@ -12,9 +12,9 @@ Rules, per cluster:
   partition has been fetched up to its *barrier*: the end offsets asked for after it was
   read (in one request, in the background), lowered, where the broker can tell, to the first
   offset stamped ``CLOCK_SKEW_MS`` after the watermark itself was produced (its source stamped
-  its earlier records before it). So a
-  worker catching up on a backlog releases as it reads, instead of holding everything read
-  until the backlog's end: memory follows the skew allowance, not the backlog. The broker is
+  its earlier records before it). So a worker catching up on a backlog releases as it reads,
+  instead of holding everything read until the backlog's end: memory follows the skew
+  allowance, not the backlog. The broker is
   asked in the background, the end offsets standing until it answers, and only once that
   instant has passed by the worker's clock (before it, nothing is stamped there): asked in
   line, the question took 15-16 % of the worker's wall time at 100,000 GPUs. One question is
