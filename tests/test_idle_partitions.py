@@ -182,6 +182,54 @@ def test_records_flowing_come_in_full_batches_while_a_resumed_partition_is_await
     assert full_batches >= 3, "records taken 100 at a time once they flow"
 
 
+def fetcher_wakes() -> float:
+    """Round trips this process made to wake a consumer's fetcher."""
+    return REGISTRY.get_sample_value("gpulens_consumer_fetcher_wakes_total") or 0.0
+
+
+def poll_once(consumer: Consumer, idle: IdlePartitions) -> int:
+    """One poll of a consumer loop; the records it delivered."""
+    records = 0
+    for message in consumer.consume(idle.batch(100), 0.5):
+        if message.error() is not None:
+            idle.at_end(message.topic() or "", message.partition() or 0)
+        else:
+            idle.received(message.topic() or "", message.partition() or 0)
+            records += 1
+    idle.tick()
+    return records
+
+
+def test_resumed_partitions_are_fetched_without_a_round_trip_while_records_flow(
+    platform: GPULensSettings, topic: str, consumer: Consumer
+) -> None:
+    """A resume after a quiet poll wakes the fetcher with a round trip to the broker; one
+    while another partition delivers records needs none (the fetcher is awake), and the
+    resumed partitions still answer."""
+    clock = ManualClock()  # the answer time never runs out: no probe asks the broker either
+    idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
+    wait_until_all_paused(consumer, idle)
+    producer = Producer(platform.kafka.librdkafka())
+    flowing = PARTITIONS - 1  # the last: the others' end events come before its records
+    for i in range(5_000):
+        producer.produce(topic, value=str(i).encode(), partition=flowing)
+    assert producer.flush(30) == 0
+    wakes = fetcher_wakes()
+    clock.now += 1.0
+    idle.tick()
+    assert fetcher_wakes() == wakes + 1, "resumed after a quiet poll: the fetcher is woken"
+    deadline = time.monotonic() + 20
+    while idle.paused < PARTITIONS - 1 and time.monotonic() < deadline:
+        poll_once(consumer, idle)
+    assert idle.paused == PARTITIONS - 1, f"the others are at their end again, partition {flowing} flows"
+    clock.now += 1.0
+    assert poll_once(consumer, idle) > 0 and idle.paused == 0, "resumed after a poll of records"
+    while idle.paused < PARTITIONS - 1 and time.monotonic() < deadline:
+        poll_once(consumer, idle)
+    assert idle.paused >= PARTITIONS - 1, "the resumed partitions answered (at their end again)"
+    assert fetcher_wakes() == wakes + 1, "no round trip while records flowed"
+
+
 @pytest.fixture
 def stalled_broker() -> Iterator[str]:
     """The address of a broker that stopped answering (as one under SIGSTOP): the kernel
