@@ -426,8 +426,17 @@ def test_a_cycle_lasts_cycle_s_while_commits_are_cheap_and_stretches_when_they_a
     assert options.next_cycle_s(4.0) == 10.0, "never past cycle_max_s"
 
 
-def _cycles_while_streaming(settings, codec: AvroCodec, options: WorkerOptions, seconds: float) -> float:
-    """Cycles a worker commits while a pod reaches it every step or so for ``seconds``."""
+def test_a_stretched_cycle_holds_as_many_more_records_as_it_lasts_longer() -> None:
+    options = WorkerOptions(cycle_s=1.0, cycle_records=20_000, cycle_max_s=10.0)
+    assert options.records_for(1.0) == 20_000
+    assert options.records_for(3.0) == 60_000
+
+
+def _cycles_while_streaming(
+    settings, codec: AvroCodec, options: WorkerOptions, seconds: float
+) -> tuple[float, int]:
+    """Cycles a worker commits while a pod reaches it every step or so for ``seconds``, and the
+    records it processed."""
     pod = example_events(options.group_id)[PODS]
     producer = Producer(settings.kafka.librdkafka())
     worker = StreamWorker(settings.kafka, codec, [StateOperator()], options)
@@ -444,7 +453,7 @@ def _cycles_while_streaming(settings, codec: AvroCodec, options: WorkerOptions, 
     stopped.set()
     worker.run(stopped)  # commits and closes it
     assert producer.flush(30) == 0 and worker.processed > 0
-    return cycles
+    return cycles, worker.processed
 
 
 def test_cycles_stretch_so_that_commits_take_their_share_of_the_worker(own_platform, own_codec) -> None:
@@ -453,13 +462,27 @@ def test_cycles_stretch_so_that_commits_take_their_share_of_the_worker(own_platf
     up to cycle_max_s. A share no commit can keep within stretches every cycle to the most."""
     settings, _ = own_platform
     options = WorkerOptions(group_id="stretched", idle_ms=0, cycle_s=0.05, commit_share=1e-9, cycle_max_s=1.5)
-    cycles = _cycles_while_streaming(settings, own_codec, options, 6.0)
+    cycles, _ = _cycles_while_streaming(settings, own_codec, options, 6.0)
     assert cycles <= 6.0 / 1.5 + 1, f"{cycles:.0f} cycles in 6 s of 1.5 s cycles"
     assert REGISTRY.get_sample_value("gpulens_worker_cycle_seconds") == 1.5
+
+
+def test_a_stretched_cycle_is_not_cut_short_by_the_records_that_fill_a_short_one(
+    own_platform, own_codec
+) -> None:
+    """cycle_records fills a cycle of cycle_s; one stretched 30 times holds 30 times as many."""
+    settings, _ = own_platform
+    options = WorkerOptions(
+        group_id="stretched-full", idle_ms=0, cycle_s=0.05, commit_share=1e-9, cycle_max_s=1.5,
+        cycle_records=10,
+    )  # fmt: skip
+    cycles, processed = _cycles_while_streaming(settings, own_codec, options, 6.0)
+    assert processed / options.cycle_records > 6.0 / 1.5 + 1, "more records came than short cycles hold"
+    assert cycles <= 6.0 / 1.5 + 1, f"{cycles:.0f} cycles for {processed} records in 6 s of 1.5 s cycles"
 
 
 def test_cycles_last_cycle_s_while_commits_keep_within_their_share(own_platform, own_codec) -> None:
     settings, _ = own_platform
     options = WorkerOptions(group_id="cheap", idle_ms=0, cycle_s=0.05, commit_share=1.0, cycle_max_s=1.5)
-    cycles = _cycles_while_streaming(settings, own_codec, options, 6.0)
+    cycles, _ = _cycles_while_streaming(settings, own_codec, options, 6.0)
     assert cycles >= 6.0 / 1.5 * 3, f"only {cycles:.0f} cycles in 6 s of 0.05 s cycles"

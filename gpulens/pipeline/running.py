@@ -191,7 +191,9 @@ class WorkerOptions:
     cycle_max_s: float = 10.0
     """The longest a cycle stretches under load (outputs wait for their cycle's commit)."""
     cycle_records: int = 20_000
-    """Records processed plus rows published that fill a cycle (a gap's rows count too)."""
+    """Records processed plus rows published that fill a cycle of :attr:`cycle_s` (a gap's rows
+    count too); a cycle stretched under load holds as many more as it lasts longer
+    (:meth:`records_for`)."""
     report_s: float = 10.0
     """How often progress is logged."""
     shard: Shard = UNSHARDED
@@ -213,6 +215,13 @@ class WorkerOptions:
         """How long the cycle after a commit that took ``commit_s`` lasts: :attr:`cycle_s`, or
         ``commit_s / commit_share`` where that is longer, up to :attr:`cycle_max_s`."""
         return min(max(self.cycle_s, commit_s / self.commit_share), max(self.cycle_max_s, self.cycle_s))
+
+    def records_for(self, cycle_s: float) -> int:
+        """Records and rows that fill a cycle of ``cycle_s``: :attr:`cycle_records` per
+        :attr:`cycle_s`. A count fixed at :attr:`cycle_records` cut every stretched cycle short at
+        100,000 GPUs (20,000 records and rows came every 2 s, and each commit rewrote every
+        workload's usage and every node's last sample: commits took a third of the worker)."""
+        return round(self.cycle_records * cycle_s / self.cycle_s)
 
 
 class StreamWorker:
@@ -328,6 +337,8 @@ class StreamWorker:
         self._pending = 0
         self._cycle_s = options.cycle_s
         """How long the current cycle lasts (:meth:`WorkerOptions.next_cycle_s`)."""
+        self._cycle_records = options.cycle_records
+        """What fills the current cycle (:meth:`WorkerOptions.records_for`)."""
         self._peak_buffered = 0
         self._buffered = 0
         """Records held at the end of the last step."""
@@ -542,10 +553,7 @@ class StreamWorker:
         """The cycle holds enough or is old enough to commit. Asked per record: a restart
         catching up releases tens of thousands of records at once, and a cycle that waited for
         the end of them kept its rows from readers until then (10,000 GPUs: 9 s)."""
-        return (
-            self._pending >= self._options.cycle_records
-            or time.monotonic() - self._cycle_started >= self._cycle_s
-        )
+        return self._pending >= self._cycle_records or time.monotonic() - self._cycle_started >= self._cycle_s
 
     def _report(self) -> None:
         now, before = time.monotonic(), self._reported
@@ -824,6 +832,7 @@ class StreamWorker:
         self._cycle_started = time.monotonic()
         commit_s = self._cycle_started - started
         self._cycle_s = self._options.next_cycle_s(commit_s)
+        self._cycle_records = self._options.records_for(self._cycle_s)
         COMMIT_SECONDS.set(commit_s)
         CYCLE_SECONDS.set(self._cycle_s)
         if time.monotonic() - self._reported[0] >= self._options.report_s:
