@@ -81,6 +81,9 @@ class SizeResult:
     p99_s: float = math.nan
     max_s: float = math.nan
     sim_late_p99_s: float = math.nan
+    p99_by_minute: list[tuple[float, float]] = field(default_factory=list)
+    """Per minute of the steady window (by event time): e2e p99 and the simulator's late p99,
+    to tell a slow start from a steady shortfall."""
     sim_prime_s: float = 0.0
     sim_prime_overrun_s: float = 0.0
     published_records: int = 0

@@ -99,7 +99,7 @@ from bench.e2e_report import (
 from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.infra.launching import port_open
-from gpulens.main_job import EXPORTER, RETENTION, SINK, WORKER, pipeline_specs
+from gpulens.main_job import EXPORTER, RETENTION, SINK, WORKER, WORKER_NICE, pipeline_specs
 from gpulens.pipeline.operators import INPUT_ORDER
 from gpulens.platform import BROKER, CLICKHOUSE, REGISTRY, free_port, manager, private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
@@ -253,7 +253,7 @@ def _pipeline(
             "worker",
             [
                 *gpulens, "worker", "--window", str(options.window_s), "--processors", options.processors,
-                "--metrics-port", str(worker_metrics),
+                "--metrics-port", str(worker_metrics), "--nice", str(WORKER_NICE),  # as `gpulens up` runs it
             ],
             ready=processes.logged("worker", "gpulens.pipeline.running: worker "),
             env=specs[WORKER].env,
@@ -457,15 +457,23 @@ def _analyse(
         result.lag[name] = lag_of(offsets.series, name, begin, end, published_end)
     result.worker_records_s = result.lag["worker"].consumed_rate
 
-    latencies = [(sent - ms / 1000, n) for ms, sent, n in rows.arrivals if ms in in_window]
+    timed = [(sent - ms / 1000, n, ms) for ms, sent, n in rows.arrivals if ms in in_window]
+    latencies = [(v, n) for v, n, _ in timed]
     missing = sum(in_window.values()) - sum(n for _, n in latencies)
     if missing > 0:
         latencies.append((math.inf, missing))
     result.p50_s = quantile(latencies, 0.50)
     result.p99_s = quantile(latencies, 0.99)
     result.max_s = max((v for v, _ in latencies), default=math.nan)
-    late = [(late_ms / 1000, n) for ms, late_ms, n in sim["late_ms"] if begin <= ms / 1000 < end]  # type: ignore[attr-defined]
+    late_at = [(ms, late_ms / 1000, n) for ms, late_ms, n in sim["late_ms"] if begin <= ms / 1000 < end]  # type: ignore[attr-defined]
+    late = [(v, n) for _, v, n in late_at]
     result.sim_late_p99_s = quantile(late, 0.99)
+    for minute in range(math.ceil((end - begin) / 60)):
+        since, until = 1000 * (begin + 60 * minute), 1000 * min(begin + 60 * (minute + 1), end)
+        result.p99_by_minute.append((
+            quantile([(v, n) for v, n, ms in timed if since <= ms < until], 0.99),
+            quantile([(v, n) for ms, v, n in late_at if since <= ms < until], 0.99),
+        ))  # fmt: skip
     result.rows_complete_after_s = first_time(
         [(t, n >= result.published_samples) for t, n in rows.totals], published_end
     )
@@ -518,6 +526,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
                 f"its last commit {1000 * r.worker_commit_s:.0f} ms"
             )
         print(notes)
+        minutes = ", ".join(f"{p99:.2f} ({late:.2f})" for p99, late in r.p99_by_minute)
+        print(f"  e2e p99 s by minute of the window (the simulator's late p99): {minutes}")
         for name, points in r.rss_over_time.items():
             print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
         pss = ", ".join(f"{mb:,}" for mb in r.pss_over_time)

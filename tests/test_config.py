@@ -132,6 +132,7 @@ WORKER_FLAG_DEFAULTS = {
     "cycle_s": 1.0,
     "commit_share": 0.1,
     "cycle_max_s": 10.0,
+    "nice": 0,
     "max_ahead_s": 86_400.0,
     "max_behind_s": 7 * 86_400.0,
     "hanging_transaction_s": 75.0,

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from worker_support import nice_of
 
 from gpulens.config import GPULensSettings, load_settings
 from gpulens.infra.clickhouse.allocator import ENGINE_MALLOC_CONF
 from gpulens.infra.launching import LaunchError, ServiceManager, ServiceSpec, State
+from gpulens.main_job import WORKER_NICE
 from gpulens.platform import CLICKHOUSE, EPHEMERAL_PORTS, free_port, service_specs, write_private_config
 from gpulens.testing.examples import example_events
 
@@ -172,6 +174,13 @@ def test_gpulens_up_private_starts_the_pipeline_and_down_with_its_config_stops_i
         assert "  supervisor  started" in result.stdout
         for service in ("worker", "sink", "exporter", "api"):
             assert f"  {service:<11} running" in result.stdout
+        status = run(config, "status", check=False).stdout
+        pid = {
+            line.split()[0]: int(line.split("pid")[1].split()[0])
+            for line in status.splitlines()
+            if "pid" in line
+        }
+        assert nice_of(pid["worker"]) == nice_of(pid["sink"]) + WORKER_NICE, "the samples' path goes first"
         api = f"http://{settings.api.host}:{settings.api.port}"
         assert f"API              {api}/api/clusters" in result.stdout
         assert result.stdout.rstrip().endswith(f"console: {api}/  (the web console; open it in a browser)")

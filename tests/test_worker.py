@@ -29,6 +29,7 @@ from worker_support import (
     RowReader,
     assert_rows_equal_the_csv,
     gpulens,
+    nice_of,
     replay,
     spawn,
     start_worker,
@@ -241,6 +242,18 @@ def test_a_restarted_worker_restores_its_state_and_reads_only_what_came_after(
         reader.close()
     assert after["gpulens_worker_restored_state_keys"] > 0, "state came back from the state logs"
     assert after.get("gpulens_worker_records_in_total", 0) == 0, "nothing was read twice"
+
+
+def test_a_niced_worker_runs_every_thread_at_its_lower_priority(config_file, unique, processes) -> None:
+    """`--nice` lowers the priority of every thread of the worker: those started at import (numpy's
+    OpenBLAS pool) and librdkafka's, which fetch and produce, too."""
+    group = f"nice-{unique}"
+    worker = start_worker(config_file, group, "--nice", "7")
+    processes.append(worker)
+    wait_reading(worker, worker_log(config_file, group, "--nice", "7"))
+    threads = [task.name for task in Path(f"/proc/{worker.pid}/task").iterdir()]
+    assert len(threads) > 5, "librdkafka's threads run"
+    assert {nice_of(worker.pid, t) for t in threads} == {os.nice(0) + 7}
 
 
 def test_two_worker_shards_split_the_clusters_and_each_gets_its_rows_once(

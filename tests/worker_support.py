@@ -55,6 +55,13 @@ def wait_reading(worker: subprocess.Popen[bytes], log: Path, timeout: float = 12
     assert worker.poll() is None, f"the worker exited ({worker.returncode}) before reading: see {log}"
 
 
+def nice_of(pid: int, thread: int | str | None = None) -> int:
+    """A process's (or one of its threads') nice value: field 19 of its /proc stat, counted after
+    the command's parentheses."""
+    stat = Path(f"/proc/{pid}" + (f"/task/{thread}" if thread is not None else "") + "/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])
+
+
 def worker_log(config: Path, group: str, *extra: str) -> Path:
     return config.parent / f"worker-{group}{''.join(extra).replace('/', '-')}.log"
 

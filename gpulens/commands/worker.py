@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -32,6 +33,22 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
             f"choose from {', '.join(PROCESSORS)} (got {value!r})", param_hint="--processors"
         )
     return chosen
+
+
+def _lower_priority(by: int) -> None:
+    """Lower the priority of this process's threads by ``by``: on Linux nice is per thread, and
+    threads started later inherit their starter's, so the running ones (numpy's OpenBLAS pool,
+    started at import) are lowered one by one."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        os.nice(by)
+        return
+    for task in tasks.iterdir():
+        thread = int(task.name)
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + by, 19))
+        except ProcessLookupError:  # ended meanwhile
+            continue
 
 
 @click.command()
@@ -65,6 +82,7 @@ def _processors(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 @_option("--cycle", setting="cycle_s", type=click.FloatRange(min=0, max=30.0, min_open=True))
 @_option("--commit-share", setting="commit_share", type=click.FloatRange(min=0, max=1.0, min_open=True))
 @_option("--cycle-max", setting="cycle_max_s", type=click.FloatRange(min=0, max=30.0, min_open=True))
+@_option("--nice", setting="nice", type=click.IntRange(0, 19))
 @_option("--max-ahead", setting="max_ahead_s", type=click.FloatRange(min=1.0))
 @_option("--max-behind", setting="max_behind_s", type=click.FloatRange(min=0.0))
 @_option("--hanging-transaction", setting="hanging_transaction_s", type=click.FloatRange(min=10.0))
@@ -111,6 +129,8 @@ def worker(context: Context, /, **_flags: object) -> None:
     settings = context.settings
     pipeline = with_flags(settings.pipeline)
     chosen = pipeline.processors
+    if pipeline.nice:
+        _lower_priority(pipeline.nice)
 
     options = WorkerOptions(
         group_id=pipeline.consumer_group,
