@@ -230,6 +230,32 @@ def test_resumed_partitions_are_fetched_without_a_round_trip_while_records_flow(
     assert fetcher_wakes() == wakes + 1, "no round trip while records flowed"
 
 
+def test_a_silent_partition_is_not_probed_while_records_flow(
+    platform: GPULensSettings, topic: str, consumer: Consumer
+) -> None:
+    """A resumed partition that does not answer in time stops limiting the batch; it costs a
+    round trip to the broker only when no records flow (they prove the broker answers)."""
+    clock = ManualClock()
+    idle = IdlePartitions(consumer, backoff_s=1.0, clock=clock)
+    wait_until_all_paused(consumer, idle)
+    producer = Producer(platform.kafka.librdkafka())
+    for i in range(5_000):
+        producer.produce(topic, value=str(i).encode(), partition=PARTITIONS - 1)
+    assert producer.flush(30) == 0
+    clock.now += 1.0
+    idle.tick()  # all resumed after a quiet poll: one wake
+    consumer.pause([TopicPartition(topic, 0)])  # resumed, then paused by someone else: silent
+    deadline = time.monotonic() + 20
+    while idle.batch(100) > 1 and time.monotonic() < deadline:
+        poll_once(consumer, idle)
+    assert idle.batch(100) == 1, "only the silent partition is awaited"
+    wakes = fetcher_wakes()
+    clock.now += IdlePartitions.ANSWER_S
+    assert poll_once(consumer, idle) > 0, "records flow"
+    assert idle.batch(100) == 100, "the silent partition no longer limits the batch"
+    assert fetcher_wakes() == wakes, "no probe while records flow"
+
+
 @pytest.fixture
 def stalled_broker() -> Iterator[str]:
     """The address of a broker that stopped answering (as one under SIGSTOP): the kernel
