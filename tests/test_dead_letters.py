@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 import json
 import struct
+import time
 
 import fastavro
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from sink_support import dead_letters
 
 from gpulens.schemas.kafka.consuming import DecodingConsumer
@@ -105,3 +106,32 @@ def test_commit_resumes_after_the_last_record_without_redelivery(platform, codec
             break
     second.close()
     assert [d.record.event_id for d in later] == ["e3"]
+
+
+def test_a_commit_sent_in_the_background_lands_while_polling_goes_on(platform, codec, pods_topic) -> None:
+    """``commit(wait=False)`` returns before the broker answers (the sink's commits); the offsets
+    land as the consumer polls on, and no failure is told."""
+    producer = Producer(platform.kafka.librdkafka())
+    for _ in range(3):
+        producer.produce(pods_topic.name, value=codec.encode(pods_topic, example_events()[PODS]))
+    producer.flush(30)
+    group, failures = f"background-{pods_topic.name}", []
+    consumer = DecodingConsumer(
+        platform.kafka, codec, group_id=group, topics=[pods_topic], on_commit_failed=failures.append
+    )
+    reader = Consumer(platform.kafka.librdkafka(**{"group.id": group}))
+    try:
+        got = []
+        while len(got) < 3:
+            got += consumer.poll(10, 1.0)
+        assert consumer.commit(wait=False) == {(pods_topic.name, 0): 3}
+        deadline = time.monotonic() + 30
+        committed = -1
+        while committed != 3 and time.monotonic() < deadline:
+            consumer.poll(10, 0.2)  # serves librdkafka's answer
+            committed = reader.committed([TopicPartition(pods_topic.name, 0)], timeout=10)[0].offset
+        assert committed == 3
+        assert failures == []
+    finally:
+        reader.close()
+        consumer.close()

@@ -155,7 +155,7 @@ class ClickHouseSink:
         try:
             while not stop.is_set():
                 self.step()
-            self.flush()
+            self.flush(wait=True)
         finally:
             self._consumer.close()
 
@@ -210,8 +210,10 @@ class ClickHouseSink:
         self._duplicates.forget(key, first[1].value)
         return self._duplicates.conflict_of(key, item.value) is not None
 
-    def flush(self) -> None:
-        """Write every table of the batch, then commit its offsets."""
+    def flush(self, *, wait: bool = False) -> None:
+        """Write every table of the batch, then commit its offsets: in the background while
+        sinking (a failed commit loses nothing: the records come again, and the insert tokens
+        store them once), waiting for the broker's answer with ``wait`` (the last batch)."""
         batch, self._batch = self._batch, Batch()
         if not batch.ranges:
             return
@@ -223,7 +225,7 @@ class ClickHouseSink:
         for topic, count in batch.records.items():
             RECORDS.labels(topic).inc(count)
         try:
-            self._consumer.commit()
+            self._consumer.commit(wait=wait)
         except ConsumeError as err:
             # Stored but not committed: it comes again after a restart or rebalance, stored once.
             UNCOMMITTED.inc()
@@ -320,7 +322,14 @@ def run_sink(
         for t in topics
         if registry_url is not None and t.record in DECODED_BY_CLICKHOUSE
     }
-    consumer = DecodingConsumer(kafka, codec, group_id=group, topics=topics, start=start)
+    consumer = DecodingConsumer(
+        kafka,
+        codec,
+        group_id=group,
+        topics=topics,
+        start=start,
+        on_commit_failed=lambda _why: UNCOMMITTED.inc(),
+    )
     log.info(
         "sinking %d partitions of %d topics (shard %s) into %s/%s; decoded by ClickHouse: %s",
         len(start), len(topics), shard, clickhouse.url, clickhouse.database, ", ".join(native) or "none",
