@@ -470,8 +470,10 @@ def _analyse(
     result.sim_late_p99_s = quantile(late, 0.99)
     for minute in range(math.ceil((end - begin) / 60)):
         since, until = 1000 * (begin + 60 * minute), 1000 * min(begin + 60 * (minute + 1), end)
+        seen = [(v, n) for v, n, ms in timed if since <= ms < until]
+        unseen = sum(n for ms, n in in_window.items() if since <= ms < until) - sum(n for _, n in seen)
         result.p99_by_minute.append((
-            quantile([(v, n) for v, n, ms in timed if since <= ms < until], 0.99),
+            quantile([*seen, (math.inf, unseen)] if unseen > 0 else seen, 0.99),  # missing rows, as above
             quantile([(v, n) for ms, v, n in late_at if since <= ms < until], 0.99),
         ))  # fmt: skip
     result.rows_complete_after_s = first_time(

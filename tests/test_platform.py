@@ -28,6 +28,13 @@ from gpulens.testing.examples import example_events
 GPULENS = [sys.executable, "-m", "gpulens"]
 
 
+def status_pids(status: str) -> dict[str, int]:
+    """The pid of each running service, as `status` prints them."""
+    return {
+        line.split()[0]: int(line.split("pid")[1].split()[0]) for line in status.splitlines() if "pid" in line
+    }
+
+
 def run(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_")}
     return subprocess.run(
@@ -139,10 +146,7 @@ def test_a_service_that_dies_while_starting_shows_its_log(tmp_path: Path) -> Non
 def test_a_killed_service_shows_as_stale_and_up_restarts_it(own_platform: Path) -> None:
     run(own_platform, "infra", "up")
     status = run(own_platform, "infra", "status").stdout
-    registry_pid = int(
-        next(line for line in status.splitlines() if line.split()[0] == "registry").split("pid")[1].split()[0]
-    )
-    os.kill(registry_pid, signal.SIGKILL)
+    os.kill(status_pids(status)["registry"], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while "stale" not in run(own_platform, "infra", "status").stdout and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -174,12 +178,7 @@ def test_gpulens_up_private_starts_the_pipeline_and_down_with_its_config_stops_i
         assert "  supervisor  started" in result.stdout
         for service in ("worker", "sink", "exporter", "api"):
             assert f"  {service:<11} running" in result.stdout
-        status = run(config, "status", check=False).stdout
-        pid = {
-            line.split()[0]: int(line.split("pid")[1].split()[0])
-            for line in status.splitlines()
-            if "pid" in line
-        }
+        pid = status_pids(run(config, "status", check=False).stdout)
         assert nice_of(pid["worker"]) == nice_of(pid["sink"]) + WORKER_NICE, "the samples' path goes first"
         api = f"http://{settings.api.host}:{settings.api.port}"
         assert f"API              {api}/api/clusters" in result.stdout
