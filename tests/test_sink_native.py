@@ -1,7 +1,7 @@
-"""GPU sample batches decoded by ClickHouse (``FORMAT AvroConfluent``) against the sink's own
-Python decoder, on the real broker, registry and embedded engine: the same records give the
-same gpu_samples rows, column for column, and a bad record among good ones goes to the DLQ
-with the reason the Python decoder gives it while every good one is stored once."""
+"""GPU sample batches and device changes decoded by ClickHouse (``FORMAT AvroConfluent``) against
+the sink's own Python decoder, on the real broker, registry and embedded engine: the same
+records give the same rows, column for column, and a bad record among good ones goes to the
+DLQ with the reason the Python decoder gives it while every good one is stored once."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from sink_support import FAST, SinkThread, dead_letters, wait_for
 
 from gpulens.consumers.clickhouse.exceptions import ClickHouseUnavailable
 from gpulens.schemas.model.exceptions import DecodeError
-from gpulens.schemas.model.models import GpuSample, GpuSampleBatch
-from gpulens.schemas.model.topics import GPU_SAMPLES
+from gpulens.schemas.model.models import ChangeType, DeviceChange, DeviceKind, GpuSample, GpuSampleBatch
+from gpulens.schemas.model.topics import DEVICE_CHANGELOG, GPU_SAMPLES, TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.testing.examples import example_events
 
@@ -68,8 +68,33 @@ def _varied(cluster: str, count: int, rng: random.Random) -> list[GpuSampleBatch
     ]
 
 
-def _produce(platform, sink: SinkThread, values: list[bytes]) -> None:
-    topic = sink.topics[GPU_SAMPLES.name]
+def _changes(cluster: str, count: int, rng: random.Random) -> list[DeviceChange]:
+    """Device changes of every kind, with text beyond ASCII and empty or filled field maps."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    fields = ["serial", "bdf", "vbios_version", "firmware_version", "vram_total_bytes", "numéro"]
+
+    def change(n: int) -> DeviceChange:
+        kind = rng.choice(list(ChangeType))
+        changed = sorted(rng.sample(fields, rng.randrange(1, 4))) if kind is ChangeType.MODIFIED else []
+        return DeviceChange(
+            event_id=f"{cluster}-{n}",
+            cluster=cluster,
+            event_time=start + timedelta(milliseconds=rng.randrange(0, 3_600_000)),
+            source=rng.choice(["gpulens-worker", "wörker"]),
+            node=rng.choice([f"node-{n % 5}", "nœud-1"]),
+            change=kind,
+            device_kind=rng.choice(list(DeviceKind)),
+            device_id=rng.choice([f"gpu-{n % 8}", f"mlx5_{n % 4}/1", "GPU-é✓"]),
+            changed=changed,
+            before={name: rng.choice(["", "A1", "ä"]) for name in changed},
+            after={name: rng.choice(["B2", "✓"]) for name in changed},
+        )
+
+    return [change(n) for n in range(count)]
+
+
+def _produce(platform, sink: SinkThread, values: list[bytes], spec: TopicSpec = GPU_SAMPLES) -> None:
+    topic = sink.topics[spec.name]
     producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 5}))
     for value in values:
         producer.produce(topic.name, key=b"k", value=value)
@@ -139,17 +164,17 @@ def _bad_values(codec: AvroCodec, valid: GpuSampleBatch, rng: random.Random) -> 
     ]
 
 
-def _refused(codec: AvroCodec, value: bytes) -> bool:
+def _refused(codec: AvroCodec, value: bytes, spec: TopicSpec = GPU_SAMPLES) -> bool:
     try:
-        codec.decode(GPU_SAMPLES, value)
+        codec.decode(spec, value)
     except DecodeError:
         return True
     return False
 
 
-def _reason(codec: AvroCodec, value: bytes) -> str:
+def _reason(codec: AvroCodec, value: bytes, spec: TopicSpec = GPU_SAMPLES) -> str:
     try:
-        codec.decode(GPU_SAMPLES, value)
+        codec.decode(spec, value)
     except DecodeError as err:
         return err.reason.value
     raise AssertionError("a value the decoder reads is no bad value")
@@ -184,6 +209,72 @@ def test_a_refused_batch_is_split_and_each_bad_record_dead_lettered_with_the_dec
     assert sorted(letter.value or b"" for letter in letters) == sorted(bad), "each bad record once"
     assert rows == expected_samples, "every good sample stored once (no part of a batch twice)"
     assert ids == sum(1 for r in good if r.samples)
+
+
+def test_clickhouse_and_python_decoding_store_the_same_device_changelog_rows(
+    platform, codec, both, unique
+) -> None:
+    native, python = both
+    records = _changes(f"dev-{unique}", 500, random.Random(19))
+    for sink in both:
+        sink.publish(DEVICE_CHANGELOG, records)
+        sink.wait_rows("device_changelog", len(records), timeout=60)
+
+    query = f"SELECT * FROM device_changelog FINAL ORDER BY {ORDER}"
+    rows = native.client().query(query).result_rows
+    assert len(rows) == len(records)
+    assert rows == python.client().query(query).result_rows, "the same rows, whichever side decoded"
+    assert native.scalar("SELECT count() FROM device_changes") == 0, "the Null table keeps nothing"
+
+
+def test_a_device_change_emitted_again_with_other_content_replaces_its_row(platform, codec, unique) -> None:
+    """The worker's outputs are no producers' events: a window or change written again (after a
+    restore) replaces the row, never goes to the DLQ as a conflicting duplicate."""
+    first = _changes(f"again-{unique}", 1, random.Random(3))[0]
+    again = first.model_copy(update={"source": f"{first.source}-again"})
+    sink = SinkThread(platform, codec, unique).start()
+    try:
+        sink.publish(DEVICE_CHANGELOG, [first])
+        sink.wait_rows("device_changelog", 1)
+        sink.publish(DEVICE_CHANGELOG, [again])
+        sink.wait_rows("device_changelog", 1, where=f"source = '{again.source}'")
+    finally:
+        sink.stop()
+    assert not dead_letters(platform, codec, {sink.topics[DEVICE_CHANGELOG.name].name}, 1, timeout=3)
+
+
+def test_bad_device_changes_are_dead_lettered_with_the_decoders_reason_and_the_good_ones_stored(
+    platform, codec, unique
+) -> None:
+    rng = random.Random(2027)
+    cluster = f"badchange-{unique}"
+    good = _changes(cluster, 300, rng)
+    valid = _changes(f"{cluster}-x", 1, rng)[0]
+    value = codec.encode(DEVICE_CHANGELOG, valid)
+    bad = [
+        *(codec.encode(DEVICE_CHANGELOG, valid.model_copy(update=update)) for update in (
+            {"node": ""}, {"source": ""}, {"cluster": ""}, {"event_time": datetime(2100, 1, 1, tzinfo=UTC)},
+            {"event_time": datetime(1999, 12, 31, tzinfo=UTC)},
+        )),
+        *rng.sample([v for v in damaged(value, rng) if _refused(codec, v, DEVICE_CHANGELOG)], 60),
+    ]  # fmt: skip
+    sink = SinkThread(platform, codec, unique).start()
+    try:
+        values = [codec.encode(DEVICE_CHANGELOG, r) for r in good] + bad
+        rng.shuffle(values)
+        _produce(platform, sink, values, DEVICE_CHANGELOG)
+        topic = sink.topics[DEVICE_CHANGELOG.name].name
+        letters = dead_letters(platform, codec, {topic}, len(bad), timeout=120)
+        sink.wait_rows("device_changelog", len(good), where=f"cluster = '{cluster}'", timeout=60)
+        stored = sink.scalar(f"SELECT count() FROM device_changelog WHERE cluster = '{cluster}'")
+    finally:
+        sink.stop()
+
+    assert Counter(letter.reason for letter in letters) == Counter(
+        _reason(codec, v, DEVICE_CHANGELOG) for v in bad
+    )
+    assert sorted(letter.value or b"" for letter in letters) == sorted(bad), "each bad record once"
+    assert stored == len(good), "every good change stored once"
 
 
 def test_records_wait_while_clickhouse_cannot_reach_the_registry_and_are_stored_once_after(

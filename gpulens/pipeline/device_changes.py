@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpulens.schemas.model.ids import event_id
+from gpulens.schemas.model.ids import event_ids_after
 from gpulens.schemas.model.models import (
     ChangeType,
     DeviceChange,
@@ -42,15 +42,17 @@ def packed_json(packed: bytes) -> Any:
     return json.loads(zlib.decompress(packed))
 
 
+def _keys(inventory: DeviceInventory) -> list[tuple[DeviceKind, str]]:
+    return [(DeviceKind.GPU, gpu.device_id) for gpu in inventory.gpus] + [
+        (DeviceKind.RDMA, f"{port.name}/{port.port}") for port in inventory.rdma_devices
+    ]
+
+
 def _devices(inventory: DeviceInventory | None) -> _Devices:
     if inventory is None:
         return {}
-    found: _Devices = {}
-    for gpu in inventory.gpus:
-        found[(DeviceKind.GPU, gpu.device_id)] = _fields(gpu)
-    for port in inventory.rdma_devices:
-        found[(DeviceKind.RDMA, f"{port.name}/{port.port}")] = _fields(port)
-    return found
+    devices: list[GpuDevice | RdmaDevice] = [*inventory.gpus, *inventory.rdma_devices]
+    return {key: _fields(device) for key, device in zip(_keys(inventory), devices, strict=True)}
 
 
 def _fields(device: GpuDevice | RdmaDevice) -> dict[str, str]:
@@ -65,30 +67,49 @@ def _fields(device: GpuDevice | RdmaDevice) -> dict[str, str]:
 
 def diff(before: DeviceInventory | None, after: DeviceInventory) -> Iterator[DeviceChange]:
     """The changes from ``before`` (None: nothing known yet) to ``after``, in a stable order."""
+    ids = event_ids_after(after.cluster, after.node)
+    if before is None:  # a node first seen, as every node at a cluster's start: nothing to compare
+        for kind, device in sorted(dict.fromkeys(_keys(after))):
+            yield _change(ids, after, kind, device, ChangeType.ADDED)
+        return
     old, new = _devices(before), _devices(after)
     for key in sorted(old.keys() | new.keys()):
         kind, device = key
         was, now = old.get(key), new.get(key)
         if was == now:
             continue
-        changed: list[str]
         if was is None:
-            change, changed = ChangeType.ADDED, []
+            yield _change(ids, after, kind, device, ChangeType.ADDED)
         elif now is None:
-            change, changed = ChangeType.DELETED, []
+            yield _change(ids, after, kind, device, ChangeType.DELETED)
         else:
-            change = ChangeType.MODIFIED
             changed = sorted(name for name in was.keys() | now.keys() if was.get(name) != now.get(name))
-        yield DeviceChange(
-            event_id=event_id(after.cluster, after.node, kind.value, device, change.value, after.event_id),
-            cluster=after.cluster,
-            event_time=after.event_time,
-            source=SOURCE,
-            node=after.node,
-            change=change,
-            device_kind=kind,
-            device_id=device,
-            changed=changed,
-            before={name: (was or {}).get(name, "") for name in changed},
-            after={name: (now or {}).get(name, "") for name in changed},
-        )
+            yield _change(ids, after, kind, device, ChangeType.MODIFIED, changed, was, now)
+
+
+def _change(
+    ids: Callable[..., str],
+    after: DeviceInventory,
+    kind: DeviceKind,
+    device: str,
+    change: ChangeType,
+    changed: list[str] | None = None,
+    was: dict[str, str] | None = None,
+    now: dict[str, str] | None = None,
+) -> DeviceChange:
+    """The DeviceChange of ``device`` in ``after``; ``changed``: the fields ``was`` and ``now``
+    differ in; ``ids``: the event ids of ``after``'s cluster and node."""
+    changed = changed or []
+    return DeviceChange(
+        event_id=ids(kind.value, device, change.value, after.event_id),
+        cluster=after.cluster,
+        event_time=after.event_time,
+        source=SOURCE,
+        node=after.node,
+        change=change,
+        device_kind=kind,
+        device_id=device,
+        changed=changed,
+        before={name: (was or {}).get(name, "") for name in changed},
+        after={name: (now or {}).get(name, "") for name in changed},
+    )

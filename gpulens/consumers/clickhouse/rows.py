@@ -15,6 +15,7 @@ from typing import Any
 from gpulens.consumers.clickhouse.layouts import VERSION, Column, Layout, Row, Table, items
 from gpulens.schemas.kafka.consuming import Decoded
 from gpulens.schemas.model.models import (
+    EVENT_TYPES,
     Alert,
     ClusterGpuAllocation,
     ClusterOverview,
@@ -241,20 +242,34 @@ class Intake:
     """The table the values go into."""
     into: str
     """The table their rows land in (its materialized view's target)."""
-    rows_after: str
+    rows_after: str | None = None
     """The fields before the array whose items are the rows (``s`` string, ``l`` long): how
-    many rows a value becomes is read there (:func:`~gpulens.consumers.clickhouse.peeking.array_length`)."""
+    many rows a value becomes is read there (:func:`~gpulens.consumers.clickhouse.peeking.array_length`).
+    None: one row per value."""
+    checked: bool = False
+    """Its records are producers' events: one repeating an event id with other content is a
+    conflicting duplicate (:mod:`~gpulens.consumers.clickhouse.duplicates`), checked before
+    ClickHouse sees it. The pipeline's own outputs replace rows on purpose."""
 
 
 DECODED_BY_CLICKHOUSE: dict[type[Record], Intake] = {
-    GpuSampleBatch: Intake("gpu_sample_batches", GPU_SAMPLES.name, "sslss")
+    record: Intake(table, layout.tables[0].name, rows_after, checked=record in EVENT_TYPES)
+    for record, table, layout, rows_after in (
+        (GpuSampleBatch, "gpu_sample_batches", SAMPLES, "sslss"),
+        (DeviceChange, "device_changes", DEVICE_CHANGELOG, None),
+    )
 }
-"""Record types the sink hands to ClickHouse undecoded: migration 0011's materialized view
-turns them into the rows their layout above makes. Only where that view is a plain projection
-of the record."""
+"""Record types the sink hands to ClickHouse undecoded: the materialized views of migrations
+0011 and 0019 turn them into the rows their layouts above make. Only where that view is a plain
+projection of the record."""
 
-INTAKE_TABLES = ("gpu_sample_batches", "gpu_samples_from_batches")
-"""What migration 0011 creates for them: the Null table the values go into, and its view."""
+INTAKE_TABLES = (
+    "gpu_sample_batches",
+    "gpu_samples_from_batches",
+    "device_changes",
+    "device_changelog_from_changes",
+)
+"""What those migrations create for them: the Null tables the values go into, and their views."""
 
 
 def rows_of(item: Decoded) -> list[tuple[Table, Row]]:

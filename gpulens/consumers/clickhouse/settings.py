@@ -71,8 +71,9 @@ class SinkSettings(BaseModel):
     decode_in_clickhouse: bool = Field(
         default=True,
         description=(
-            "Hand GPU sample batches to ClickHouse undecoded (INSERT ... FORMAT AvroConfluent, about "
-            "ten times cheaper than decoding them in Python); false: the sink decodes every record."
+            "Hand GPU sample batches and device changes to ClickHouse undecoded (INSERT ... FORMAT "
+            "AvroConfluent, about ten times cheaper than decoding them in Python); false: the sink "
+            "decodes every record."
         ),
     )
     clickhouse_registry_url: str | None = Field(

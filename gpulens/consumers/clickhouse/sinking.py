@@ -2,8 +2,9 @@
 
 Records are decoded by :class:`~gpulens.schemas.kafka.consuming.DecodingConsumer` (undecodable ones go to
 the DLQ with the reason), mapped to rows (:mod:`gpulens.consumers.clickhouse.rows`) and collected in
-a batch bounded by rows and age. GPU sample batches (the bulk of the data) are not decoded
-here: their Kafka values go to ClickHouse as they are (``FORMAT AvroConfluent``, see
+a batch bounded by rows and age. GPU sample batches (the bulk of the data) and device changes
+(two per device at a cluster's start) are not decoded here: their Kafka values go to
+ClickHouse as they are (``FORMAT AvroConfluent``, see
 :data:`~gpulens.consumers.clickhouse.rows.DECODED_BY_CLICKHOUSE`), which decodes them about ten times
 faster than the Python reader. A set of values ClickHouse refuses is split in halves and
 retried; once a refused part is small, the Python decoder decides each of its records: a bad
@@ -180,9 +181,10 @@ class ClickHouseSink:
         repeating an event id with other content (a conflict only if it decodes)."""
         intake, schema_id = self._native[item.topic]
         own = item.value[:1] == b"\0" and int.from_bytes(item.value[1:5]) == schema_id
-        key = leading_string(item.value) if own else None
+        key = leading_string(item.value) if own and intake.checked else None
         if own and (key is None or not self._conflicts(key, item)):
-            rows = min(array_length(item.value, intake.rows_after) or 1, len(item.value))
+            rows = 1 if intake.rows_after is None else array_length(item.value, intake.rows_after) or 1
+            rows = min(rows, len(item.value))
             self._batch.add_value(intake, item, key, rows)
             return
         decoded = self._consumer.decode(item)
