@@ -16,8 +16,10 @@ same records for scale, with the memory it holds per remembered id.
 Then GPU samples per CPU-second, the same records three ways in the same run: the sink with
 ClickHouse decoding the batches (``FORMAT AvroConfluent``), the sink decoding them in Python,
 and a bare client inserting the same rows, already decoded, into chDB in its own process (the
-floor). CPU is user + system seconds from /proc, of this process (the sink thread) and of the
-ClickHouse holder, over the time from the sink's start until every row is in.
+floor); and device changes per CPU-second (those of a cluster's start, every device added),
+ClickHouse decoding them and Python decoding them. CPU is user + system seconds from /proc, of
+this process (the sink thread) and of the ClickHouse holder, over the time from the sink's
+start until every row is in.
 """
 
 from __future__ import annotations
@@ -40,15 +42,18 @@ from bench.e2e_probes import usage
 from gpulens.consumers.clickhouse.client import get_client
 from gpulens.consumers.clickhouse.duplicates import DuplicateGuard
 from gpulens.consumers.clickhouse.migrating import migrate
+from gpulens.consumers.clickhouse.rows import DECODED_BY_CLICKHOUSE, rows_of
 from gpulens.consumers.clickhouse.rows import GPU_SAMPLES as SAMPLES_TABLE
-from gpulens.consumers.clickhouse.rows import rows_of
 from gpulens.consumers.clickhouse.settings import ClickHouseSettings, SinkSettings
 from gpulens.consumers.clickhouse.sinking import run_sink
+from gpulens.pipeline.device_changes import diff
 from gpulens.platform import CLICKHOUSE, manager, private_platform
+from gpulens.producers.simulate.simulating import ClusterSimulation
+from gpulens.producers.simulate.specs import SimulationSpec
 from gpulens.schemas.kafka.consuming import Decoded
 from gpulens.schemas.kafka.topic_admin import create_topics
-from gpulens.schemas.model.models import Event
-from gpulens.schemas.model.topics import GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
+from gpulens.schemas.model.models import DeviceInventory, Event
+from gpulens.schemas.model.topics import DEVICE_CHANGELOG, GPU_SAMPLES, NODES, PODS, TopicSpec, record_key
 from gpulens.schemas.wire.codec import AvroCodec, registry_client
 from gpulens.testing.examples import example_events
 
@@ -158,7 +163,8 @@ def bench(
 def rate_line(spec: TopicSpec, records: list[Event], sink: SinkSettings, run: Run) -> str:
     rows = sum(run.tables.values())
     names = " + ".join(f"{name} ({count:,})" for name, count in run.tables.items())
-    how = "ClickHouse decodes" if sink.decode_in_clickhouse and spec is GPU_SAMPLES else "Python decodes"
+    native = sink.decode_in_clickhouse and spec.record in DECODED_BY_CLICKHOUSE
+    how = "ClickHouse decodes" if native else "Python decodes"
     return (
         f"{spec.record.__name__:<15} batch {sink.batch_rows:>7,} rows  {how:<18} {names:<48} "
         f"{rows / run.elapsed_s:>10,.0f} rows/s  {len(records) / run.elapsed_s:>8,.0f} records/s"
@@ -186,29 +192,46 @@ def bare_insert(records: list[Event], batch_rows: int) -> tuple[int, float]:
     return len(rows), cpu
 
 
-def cpu_lines(settings, codec: AvroCodec, records: list[Event], batch_rows: int, first_run: int) -> list[str]:
-    """GPU samples per CPU-second: ClickHouse decoding, Python decoding, the bare client."""
+def cpu_lines(
+    settings, codec: AvroCodec, spec: TopicSpec, records: list[Event], batch_rows: int, first_run: int
+) -> list[str]:
+    """Rows per CPU-second of ``records``, ClickHouse decoding them and Python decoding them."""
+    what = "samples" if spec is GPU_SAMPLES else "rows"
     lines = []
     for run, native in enumerate((True, False), start=first_run):
         sink = SinkSettings(batch_rows=batch_rows, batch_seconds=0.5, decode_in_clickhouse=native)
-        result = bench(settings, codec, GPU_SAMPLES, records, sink, run)
-        samples = result.tables[SAMPLES_TABLE.name]
+        result = bench(settings, codec, spec, records, sink, run)
+        rows = sum(result.tables.values())
         cpu = result.sink_cpu_s + result.holder_cpu_s
         steady = result.steady_sink_cpu_s + result.steady_holder_cpu_s
         lines.append(
-            f"sink, {'ClickHouse' if native else 'Python':<10} decodes: {samples:,} samples in "
+            f"{spec.record.__name__}, {'ClickHouse' if native else 'Python':<10} decodes: {rows:,} {what} in "
             f"{result.elapsed_s:.2f} s, CPU sink {result.sink_cpu_s:.2f} s + holder "
             f"{result.holder_cpu_s:.2f} s = {cpu:.2f} s"
-            f" -> {samples / cpu:>9,.0f} samples/CPU-s (sink + holder); once started: "
-            f"{result.steady_rows:,} samples, sink {result.steady_sink_cpu_s:.2f} s + holder "
-            f"{result.steady_holder_cpu_s:.2f} s -> {result.steady_rows / steady:>9,.0f} samples/CPU-s"
+            f" -> {rows / cpu:>9,.0f} {what}/CPU-s (sink + holder); once started: "
+            f"{result.steady_rows:,} {what}, sink {result.steady_sink_cpu_s:.2f} s + holder "
+            f"{result.steady_holder_cpu_s:.2f} s -> {result.steady_rows / steady:>9,.0f} {what}/CPU-s"
         )
+    return lines
+
+
+def bare_line(records: list[Event], batch_rows: int) -> str:
     samples, cpu = bare_insert(records, batch_rows)
-    lines.append(
+    return (
         f"bare in-process chDB insert of the decoded rows: {samples:,} samples, CPU {cpu:.2f} s "
         f"-> {samples / cpu:>9,.0f} samples/CPU-s"
     )
-    return lines
+
+
+def device_changes(count: int) -> list[Event]:
+    """``count`` device changes as a cluster's start brings them (every GPU and RDMA port of
+    each node added), derived by the worker's own diff from simulated inventories."""
+    spec = SimulationSpec(
+        nodes=count // 16 + 1, gpus_per_node=8, interval_s=2, start=datetime.now(UTC), duration_s=1
+    )
+    inventories = [item for _, item in ClusterSimulation(spec).events() if isinstance(item, DeviceInventory)]
+    changes: list[Event] = [change for inventory in inventories for change in diff(None, inventory)]
+    return changes[:count]
 
 
 def guard_cost(codec: AvroCodec, spec: TopicSpec, records: list[Event]) -> str:
@@ -264,7 +287,12 @@ def main() -> None:
                         )
                         result = bench(settings, codec, spec, records, sink, run)
                         print(rate_line(spec, records, sink, result), flush=True)
-        for line in cpu_lines(settings, codec, _records(GPU_SAMPLES, args.records), 100_000, run + 1):
+        samples = _records(GPU_SAMPLES, args.records)
+        for line in cpu_lines(settings, codec, GPU_SAMPLES, samples, 100_000, run + 1):
+            print(line, flush=True)
+        print(bare_line(samples, 100_000), flush=True)
+        changes = device_changes(args.records)
+        for line in cpu_lines(settings, codec, DEVICE_CHANGELOG, changes, 100_000, run + 3):
             print(line, flush=True)
 
 
