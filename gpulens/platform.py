@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
-from gpulens.infra.broker import NOIDA_MALLOC_ENV, noida_argv, tansu_argv
+from gpulens.infra.broker import NOIDA_MALLOC_ENV, NOIDA_THREAD_NICE, noida_argv, tansu_argv
 from gpulens.infra.clickhouse.allocator import engine_env
 from gpulens.infra.launching import ServiceManager, ServiceSpec, Status
 from gpulens.infra.log_writing import LogRotation
@@ -72,6 +72,7 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port",
             env=dict(NOIDA_MALLOC_ENV) if noida else {},
             log_rotation=LOG_ROTATION,
+            thread_nice=NOIDA_THREAD_NICE if noida else {},
         )
     if platform.registry == "embedded":
         url = urlparse(settings.registry.url)

@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -49,6 +49,9 @@ class ServiceSpec:
     log_rotation: LogRotation | None = None
     """Bound its log: its output goes through a rotating writer (:mod:`gpulens.infra.log_writing`).
     None: it appends to its log file directly (a supervisor may rotate it by copying)."""
+    thread_nice: Mapping[str, int] = field(default_factory=dict)
+    """Threads of the service by name (their ``/proc`` comm), set to this nice value once it is
+    ready: its background work yields to the samples' path (Linux nice is per thread)."""
 
 
 class State(StrEnum):
@@ -141,6 +144,7 @@ class ServiceManager:
             for spec in specs:
                 if spec.name in launched:
                     self._await_ready(spec, *launched[spec.name], timeout=timeout)
+                    _lower_threads(spec, launched[spec.name][0].pid)
         except LaunchError:
             for name in launched:
                 self.stop(name)
@@ -326,6 +330,25 @@ class ServiceManager:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _lower_threads(spec: ServiceSpec, pid: int) -> None:
+    """Set the nice value of ``spec``'s named threads in process ``pid`` (:attr:`ServiceSpec.thread_nice`)."""
+    if not spec.thread_nice:
+        return
+    found: set[str] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            if name in spec.thread_nice:
+                os.setpriority(os.PRIO_PROCESS, int(task.name), spec.thread_nice[name])
+                found.add(name)
+        except (OSError, ValueError):  # the thread ended meanwhile
+            continue
+    for name in sorted(found):
+        log.info("%s: thread %s at nice %d", spec.name, name, spec.thread_nice[name])
+    for name in sorted(spec.thread_nice.keys() - found):
+        log.warning("%s: no thread named %s to lower; it runs at the service's priority", spec.name, name)
 
 
 def _drain_writer(pid: int) -> None:
