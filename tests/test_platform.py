@@ -22,7 +22,14 @@ from gpulens.config import GPULensSettings, load_settings
 from gpulens.infra.clickhouse.allocator import ENGINE_MALLOC_CONF
 from gpulens.infra.launching import LaunchError, ServiceManager, ServiceSpec, State
 from gpulens.main_job import WORKER_NICE
-from gpulens.platform import CLICKHOUSE, EPHEMERAL_PORTS, free_port, service_specs, write_private_config
+from gpulens.platform import (
+    CLICKHOUSE,
+    EPHEMERAL_PORTS,
+    free_port,
+    manager,
+    service_specs,
+    write_private_config,
+)
 from gpulens.testing.examples import example_events
 
 GPULENS = [sys.executable, "-m", "gpulens"]
@@ -349,6 +356,27 @@ def test_the_broker_hands_back_the_memory_of_records_it_deleted(own_platform: Pa
             f"the broker still holds {_rss_mb(broker)} MB ({before} MB before)"
         )
         time.sleep(0.5)
+
+
+def test_the_brokers_saving_thread_yields_to_the_threads_answering_clients(platform: GPULensSettings) -> None:
+    """noida-db rewrites all it holds at every save: at the lowest priority it saves with the
+    CPU the samples' path leaves (a third of a core at 100,000 GPUs before)."""
+    broker = manager(platform).status("kafka").pid
+    assert broker is not None
+    nice: dict[str, set[int]] = {}
+    for task in Path(f"/proc/{broker}/task").iterdir():
+        name = (task / "comm").read_text().strip()
+        nice.setdefault(name, set()).add(nice_of(broker, task.name))
+    assert nice["autosave"] == {19}
+    assert nice["noida-db"] == {0}, "the threads answering clients keep the broker's priority"
+
+
+def test_the_clickhouse_holder_runs_merges_below_inserts_and_queries(platform: GPULensSettings) -> None:
+    query = urllib.parse.urlencode({
+        "query": "SELECT value FROM system.server_settings WHERE name = 'os_threads_nice_value_merge_mutate'"
+    })  # fmt: skip
+    with urllib.request.urlopen(f"{platform.clickhouse.url}/?{query}", timeout=30) as response:
+        assert response.read().decode().strip() == "19"
 
 
 def test_the_clickhouse_holder_hands_freed_pages_back_within_half_a_second(platform: GPULensSettings) -> None:

@@ -28,6 +28,11 @@ LIBRARY = Path(_NATIVE.origin) if _NATIVE is not None and _NATIVE.origin else No
 """chDB's native library (529 MB), whose pages the holder hands back where unused
 (:func:`gpulens.tuning.hand_back_library_pages`); None if chDB's layout changed."""
 
+MERGE_NICE = 19
+"""The nice value ClickHouse gives the threads running merges and mutations (its server setting
+``os_threads_nice_value_merge_mutate``): background work, 15 % of a core on average and 40-60 %
+at times at 100,000 GPUs, that yields to inserts and queries, the samples' path."""
+
 _CODE = re.compile(r"Code:\s*(\d+)")
 _SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -66,7 +71,8 @@ class EmbeddedEngine:
         self._spool = path / "tmp-inserts"
         self._spool.mkdir(exist_ok=True)
         try:
-            self._keeper = chdb.connect(str(path))
+            # Server settings are the engine's start-up arguments, given to its first connection.
+            self._keeper = chdb.connect(f"{path}?os_threads_nice_value_merge_mutate={MERGE_NICE}")
         except Exception as err:
             raise EngineError(
                 f"cannot open the ClickHouse engine at {path}: {err} "
