@@ -258,6 +258,8 @@ def test_bad_device_changes_are_dead_lettered_with_the_decoders_reason_and_the_g
         )),
         *rng.sample([v for v in damaged(value, rng) if _refused(codec, v, DEVICE_CHANGELOG)], 60),
     ]  # fmt: skip
+    refused = {"table": "device_changes"}
+    refused_before = REGISTRY.get_sample_value("gpulens_sink_refused_inserts_total", refused) or 0
     sink = SinkThread(platform, codec, unique).start()
     try:
         values = [codec.encode(DEVICE_CHANGELOG, r) for r in good] + bad
@@ -275,6 +277,9 @@ def test_bad_device_changes_are_dead_lettered_with_the_decoders_reason_and_the_g
     )
     assert sorted(letter.value or b"" for letter in letters) == sorted(bad), "each bad record once"
     assert stored == len(good), "every good change stored once"
+    assert (REGISTRY.get_sample_value("gpulens_sink_refused_inserts_total", refused) or 0) > refused_before, (
+        "ClickHouse was handed the changes and refused the bad ones"
+    )
 
 
 def test_records_wait_while_clickhouse_cannot_reach_the_registry_and_are_stored_once_after(

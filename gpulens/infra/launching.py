@@ -343,7 +343,7 @@ def _lower_threads(spec: ServiceSpec, pid: int) -> None:
             if name in spec.thread_nice:
                 os.setpriority(os.PRIO_PROCESS, int(task.name), spec.thread_nice[name])
                 found.add(name)
-        except (OSError, ValueError):  # the thread ended meanwhile
+        except OSError:  # the thread ended meanwhile
             continue
     for name in sorted(found):
         log.info("%s: thread %s at nice %d", spec.name, name, spec.thread_nice[name])

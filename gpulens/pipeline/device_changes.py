@@ -48,9 +48,7 @@ def _keys(inventory: DeviceInventory) -> list[tuple[DeviceKind, str]]:
     ]
 
 
-def _devices(inventory: DeviceInventory | None) -> _Devices:
-    if inventory is None:
-        return {}
+def _devices(inventory: DeviceInventory) -> _Devices:
     devices: list[GpuDevice | RdmaDevice] = [*inventory.gpus, *inventory.rdma_devices]
     return {key: _fields(device) for key, device in zip(_keys(inventory), devices, strict=True)}
 
