@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from sink_support import wait_for
 from worker_support import nice_of
 
 from gpulens.config import GPULensSettings, load_settings
@@ -369,6 +370,53 @@ def test_the_brokers_saving_thread_yields_to_the_threads_answering_clients(platf
         nice.setdefault(name, set()).add(nice_of(broker, task.name))
     assert nice["autosave"] == {19}
     assert nice["noida-db"] == {0}, "the threads answering clients keep the broker's priority"
+
+
+LATE_THREAD = """
+import socket, sys, threading, time
+listener = socket.socket()
+listener.bind(("127.0.0.1", int(sys.argv[1])))
+listener.listen()
+time.sleep(1.0)  # it answers a second before its background thread exists
+
+
+def background() -> None:
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        comm.write("autosave")
+    time.sleep(600)
+
+
+threading.Thread(target=background, daemon=True).start()
+time.sleep(600)
+"""
+
+
+def test_a_thread_to_lower_that_starts_after_the_service_answers_is_lowered_too(tmp_path: Path) -> None:
+    port = free_port()
+    spec = ServiceSpec(
+        "late",
+        [sys.executable, "-c", LATE_THREAD, str(port)],
+        "127.0.0.1",
+        port,
+        thread_nice={"autosave": 19},
+    )
+    services = ServiceManager(tmp_path)
+    status, _ = services.start(spec)
+    try:
+        assert status.pid is not None
+        pid = status.pid
+
+        def late_thread() -> str | None:
+            tasks = Path(f"/proc/{pid}/task").iterdir()
+            return next(
+                (task.name for task in tasks if (task / "comm").read_text().strip() == "autosave"), None
+            )
+
+        wait_for(lambda: late_thread() is not None, 10, "the service's late thread")
+        assert nice_of(pid, late_thread()) == 19
+        assert nice_of(pid) == 0, "the rest of the service keeps its priority"
+    finally:
+        services.stop("late")
 
 
 def test_the_clickhouse_holder_runs_merges_below_inserts_and_queries(platform: GPULensSettings) -> None:

@@ -72,6 +72,10 @@ class Status:
 
 PORTLESS_GRACE_S = 2.0
 """A service without a port counts as started once it has stayed up this long."""
+NAMED_THREADS_S = 5.0
+"""How long a ready service's threads named in :attr:`ServiceSpec.thread_nice` are waited for:
+noida-db's saving thread usually exists once the broker answers, but once, on a busy machine, it
+did not yet, and it ran at the broker's priority for the whole run."""
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -333,18 +337,24 @@ class ServiceManager:
 
 
 def _lower_threads(spec: ServiceSpec, pid: int) -> None:
-    """Set the nice value of ``spec``'s named threads in process ``pid`` (:attr:`ServiceSpec.thread_nice`)."""
+    """Set the nice value of ``spec``'s named threads in process ``pid`` (:attr:`ServiceSpec.thread_nice`),
+    waiting up to :data:`NAMED_THREADS_S` for those not started yet."""
     if not spec.thread_nice:
         return
     found: set[str] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            name = (task / "comm").read_text().strip()
-            if name in spec.thread_nice:
-                os.setpriority(os.PRIO_PROCESS, int(task.name), spec.thread_nice[name])
-                found.add(name)
-        except OSError:  # the thread ended meanwhile
-            continue
+    deadline = time.monotonic() + NAMED_THREADS_S
+    while True:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                name = (task / "comm").read_text().strip()
+                if name in spec.thread_nice and name not in found:
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), spec.thread_nice[name])
+                    found.add(name)
+            except OSError:  # the thread ended meanwhile
+                continue
+        if found == spec.thread_nice.keys() or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
     for name in sorted(found):
         log.info("%s: thread %s at nice %d", spec.name, name, spec.thread_nice[name])
     for name in sorted(spec.thread_nice.keys() - found):
