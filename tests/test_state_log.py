@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sink_support import wait_for
 
-from gpulens.pipeline.checkpointing import Checkpoint, Stateful, encode_key, pack, unpack
+from gpulens.pipeline.alerting import AlertDetector, AlertRules
+from gpulens.pipeline.checkpointing import Checkpoint, Stateful, decode_key, encode_key, pack, unpack
+from gpulens.producers.simulate import ClusterSimulation, SimulationSpec
 from gpulens.schemas.kafka.state_log import BATCH, FIRST_SPAN, SNAPSHOT_MARKER, StateLog
 
 
@@ -265,11 +268,13 @@ def _entries(kafka, topic: str) -> int:
     )
 
 
-def _checkpoint(kafka, group: str, part: Stateful, transactional_id: str) -> Checkpoint:
+def _checkpoint(
+    kafka, group: str, part: Stateful, transactional_id: str, name: str = "counters"
+) -> Checkpoint:
     producer = Producer(kafka.producer(**{"transactional.id": transactional_id}))
     producer.init_transactions(30)
     consumer = Consumer(kafka.librdkafka(**{"group.id": group}))
-    return Checkpoint(kafka, producer, consumer, group_id=group, parts={"counters": part})
+    return Checkpoint(kafka, producer, consumer, group_id=group, parts={name: part})
 
 
 def test_a_cycle_that_changes_every_live_key_writes_each_once_as_the_snapshot(platform, unique) -> None:
@@ -378,3 +383,49 @@ def test_a_log_written_before_the_split_restores_whole_and_hands_its_hot_keys_to
     wait_for(lambda: _low_watermark(platform.kafka, cold_topic) > 0, 30, "the cold log cut at its snapshot")
     assert all(key[0] == "holder" for key in _restored(platform.kafka, group, _Fleet(0, 0)))
     assert _restored(platform.kafka, group, _SplitFleet(0, 0)) == after.values  # h2..h99 unchanged since
+
+
+def _fed_alerts(nodes: int) -> AlertDetector:
+    """The alerts' state after a simulated fleet's start: pods on every node, each node's GPU
+    names, containers and GPU list spelling out the same GPU UUIDs."""
+    spec = SimulationSpec(
+        nodes=nodes, gpus_per_node=8, interval_s=10.0, start=datetime(2026, 1, 1, tzinfo=UTC),
+        duration_s=20.0, cluster="grouped", seed=3,
+    )  # fmt: skip
+    detector = AlertDetector(AlertRules())
+    for _, event in ClusterSimulation(spec).events():
+        detector.process(event)
+    return detector
+
+
+def _node_of(key: tuple) -> str | None:
+    """The node an alerts key names (the kinds spelling out GPU ids), else None."""
+    if key[0] == "holders":
+        return key[3]
+    return key[2] if key[0] in ("gpus", "node") else None
+
+
+def test_a_snapshot_lists_each_nodes_entries_together_and_restores_the_same_state(platform, unique) -> None:
+    """A node's GPU names, its containers' GPUs and its GPU list repeat the same UUIDs: listed
+    together, they compress once in the batch that holds them (the broker holds every byte)."""
+    group = f"grouped-{unique}"
+    detector = _fed_alerts(nodes=1_500)  # more keys than a log's first snapshot waits for
+    checkpoint = _checkpoint(platform.kafka, group, detector, f"{group}-writer", name="alerts")
+    checkpoint.begin()
+    checkpoint.commit([])
+
+    written = [
+        decode_key(key)
+        for message in committed_records(platform.kafka, f"gpulens.worker.{group}.alerts.changelog")
+        if message.key().startswith(BATCH)
+        for key, _ in unpack(message.value())
+    ]
+    nodes = [node for key in written if (node := _node_of(key)) is not None]
+    runs = [node for i, node in enumerate(nodes) if i == 0 or nodes[i - 1] != node]
+    assert len(set(nodes)) == 1_500 and len(runs) == 1_500, "each node's entries in one run"
+    assert {key[0] for key in written} >= {"holders", "gpus", "node", "holding"}
+
+    restored = AlertDetector(AlertRules())
+    _checkpoint(platform.kafka, group, restored, f"{group}-restorer", name="alerts").restore()
+    assert sorted(restored.live()) == sorted(detector.live())
+    assert all(restored.dump(key) == detector.dump(key) for key in detector.live())

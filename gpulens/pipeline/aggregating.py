@@ -28,7 +28,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypedDict, TypeVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.exceptions import LateEvent
@@ -146,6 +147,21 @@ class BaseAggregator(ABC, Generic[S]):
         if cluster is None:
             cluster = self._clusters[key[1]] = self._open(key[1], 0)
         self._load(cluster, key, value)
+
+
+class NodeGroupedSnapshot:
+    """An aggregator whose snapshots list each node's entries together
+    (:class:`~gpulens.pipeline.checkpointing.GroupsSnapshot`): its keys of several kinds name a
+    node, and their values spell out that node's GPU ids."""
+
+    node_at: ClassVar[MappingProxyType[str, int]] = MappingProxyType({})
+    """Kind -> where its keys name their node (an index into the key); other kinds are about no
+    node, and come first in their cluster."""
+
+    def snapshot_group(self, key: StateKey) -> tuple[str, str]:
+        """(cluster, node) of ``key`` (``[kind, cluster, ...]``); the node is "" for other kinds."""
+        at = self.node_at.get(key[0])
+        return key[1], "" if at is None else key[at]
 
 
 class BaseWindowedAggregator(BaseAggregator[W], Generic[W, R]):

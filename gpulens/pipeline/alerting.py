@@ -47,9 +47,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
-from gpulens.pipeline.aggregating import BaseAggregator
+from gpulens.pipeline.aggregating import BaseAggregator, NodeGroupedSnapshot
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.holders import GpuHolders, PodRef
 from gpulens.pipeline.windows import from_ms, to_ms
@@ -156,12 +157,13 @@ class _Cluster:
     """GpuIdle or GpuPodPending alerts changed at the instant: judge the pile-up when time moves on."""
 
 
-class AlertDetector(BaseAggregator[_Cluster]):
+class AlertDetector(NodeGroupedSnapshot, BaseAggregator[_Cluster]):
     """Turns the event streams of clusters into Alert records."""
 
     hot_kinds = frozenset({"sampled"})
     """Kinds checkpointed in a state log of their own (every node's last sample time changes at every cycle;
     :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
+    node_at = MappingProxyType({"holders": 3, "gpus": 2, "node": 2})
 
     def __init__(self, rules: AlertRules) -> None:
         super().__init__()

@@ -116,6 +116,19 @@ class SplitsHotState(Protocol):
     """The kinds (a key's first element) checkpointed in the hot log."""
 
 
+@runtime_checkable
+class GroupsSnapshot(Protocol):
+    """A part whose entries about one thing repeat the same ids: a node's GPU names, the GPUs of
+    its containers and its GPU list each spell out its GPUs' UUIDs. Its snapshots list the
+    entries of one group together, so that each UUID is compressed once in the batch that holds
+    them all, instead of once per kind in batches megabytes apart (the alerts' snapshot at 100,000
+    GPUs: 8.3 MB compressed by kind, 5.1 MB by node; the broker holds and saves every byte)."""
+
+    def snapshot_group(self, key: StateKey) -> tuple[str, ...]:
+        """What ``key`` is about (a snapshot sorts its keys by this, stably)."""
+        ...
+
+
 def encode_key(key: StateKey) -> bytes:
     """The key's bytes, as ``json`` writes them (ASCII, DEL escaped): they name an entry in the
     logs (plain records of older logs included), so they never change with the encoder."""
@@ -367,14 +380,20 @@ def _retriable(err: KafkaException) -> bool:
 
 class _Live:
     """A part's live keys, listed at most once a commit and only when a snapshot may be due,
-    split into its cold and hot kinds."""
+    split into its cold and hot kinds; the cold ones grouped where the part groups them
+    (:class:`GroupsSnapshot`: hot kinds change at every cycle and are left in their order)."""
 
     def __init__(self, part: Stateful, hot: frozenset[str] = frozenset()) -> None:
         self._part, self._hot = part, hot
         self._split: tuple[list[StateKey], list[StateKey]] | None = None
 
     def all(self) -> list[StateKey]:
-        return list(self._part.live())
+        return self._grouped(list(self._part.live()))
+
+    def _grouped(self, keys: list[StateKey]) -> list[StateKey]:
+        if isinstance(self._part, GroupsSnapshot):
+            keys.sort(key=self._part.snapshot_group)
+        return keys
 
     def cold(self) -> list[StateKey]:
         return self._listed()[0]
@@ -388,7 +407,7 @@ class _Live:
             hot: list[StateKey] = []
             for key in self._part.live():
                 (hot if key[0] in self._hot else cold).append(key)
-            self._split = cold, hot
+            self._split = self._grouped(cold), hot
         return self._split
 
 

@@ -32,9 +32,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar
 
-from gpulens.pipeline.aggregating import BaseWindowedAggregator
+from gpulens.pipeline.aggregating import BaseWindowedAggregator, NodeGroupedSnapshot
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.device_names import DeviceNames
 from gpulens.pipeline.state_tables import workload_chain
@@ -154,12 +155,13 @@ class _Cluster:
     """node -> the GPUs (with a slot) of its latest sample batch, in order."""
 
 
-class IdleOwners(BaseWindowedAggregator[_Cluster, IdleGpuHours]):
+class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHours]):
     """idle_gpu_hours rows from inventory, container, pod and sample events."""
 
     hot_kinds = frozenset({"sampled"})
     """Kinds checkpointed in a state log of their own (every node's last sample time changes at every cycle;
     :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
+    node_at = MappingProxyType({"slot": 2, "container": 2, "names": 2, "acc": 2})
 
     def __init__(self, windows: TumblingWindows, rules: IdleRules) -> None:
         super().__init__(windows)

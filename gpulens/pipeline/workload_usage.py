@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from types import MappingProxyType
 from typing import Any
 
-from gpulens.pipeline.aggregating import BaseWindowedAggregator, held_fields
+from gpulens.pipeline.aggregating import BaseWindowedAggregator, NodeGroupedSnapshot, held_fields
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.holders import GpuHolders
 from gpulens.pipeline.state_tables import workload_chain
@@ -74,12 +75,13 @@ class _Cluster:
     touched: set[str] = field(default_factory=set)
 
 
-class WorkloadUsage(BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
+class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, WorkloadGpuUsage]):
     """workload_gpu_usage rows from pod, container, inventory and sample events."""
 
     hot_kinds = frozenset({"usage"})
     """Kinds checkpointed in a state log of their own (every sampled workload's series changes at every cycle;
     :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
+    node_at = MappingProxyType({"holders": 3})
 
     def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
