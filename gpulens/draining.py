@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.rows import SINK_TOPICS
-from gpulens.consumers.prometheus.exporting import exported_topics
+from gpulens.consumers.prometheus.topics import exported_topics
 from gpulens.schemas.kafka.lag import LagError, RecordLag, per_topic
 from gpulens.schemas.model.topics import TopicSpec
 

@@ -23,7 +23,7 @@ from hostile_support import DeadLetterReader, metric, peak_rss_mb, start, wait
 from trace_slices import head_of
 
 from gpulens.consumers.clickhouse.client import get_client
-from gpulens.consumers.prometheus.exporting import EXPORTED_TOPICS
+from gpulens.consumers.prometheus import EXPORTED_TOPICS
 from gpulens.platform import free_port
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.schemas.kafka.producing import produce_with_backpressure

@@ -49,6 +49,17 @@ except SystemExit:
     assert not {"numpy", "grpc", "kubernetes", "chdb"} & set(loaded), loaded
 
 
+def test_the_retention_job_loads_neither_the_codec_nor_the_schema_registry_client() -> None:
+    """It needs the topics each pipeline group reads, not the sink's and the exporter's
+    machinery that names them (the running job held 69 MB with them)."""
+    run = """
+import gpulens.config
+from gpulens.commands.retention import retention_policy
+retention_policy(gpulens.config.load_settings(None))
+"""
+    assert "confluent_kafka.schema_registry" not in loaded_after(run)
+
+
 def test_a_sink_that_stored_rows_holds_neither_pandas_nor_arrow(
     platform, codec, config_file, unique, spawned
 ) -> None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulens.consumers.clickhouse.layouts import VERSION, Column, Layout, Row, Table, items
-from gpulens.schemas.kafka.consuming import Decoded
 from gpulens.schemas.model.models import (
     EVENT_TYPES,
     Alert,
@@ -38,6 +37,9 @@ from gpulens.schemas.model.models import (
     WorkloadGpuUsage,
 )
 from gpulens.schemas.model.topics import CATALOG, STATE_TOPICS, TopicSpec
+
+if TYPE_CHECKING:
+    from gpulens.schemas.kafka.consuming import Decoded
 
 __all__ = [
     "DECODED_BY_CLICKHOUSE",

@@ -20,26 +20,21 @@ from gpulens.schemas.lazy_exports import lazy_exports
 if TYPE_CHECKING:
     from gpulens.consumers.prometheus.collecting import StateCollector
     from gpulens.consumers.prometheus.exceptions import ExporterError
-    from gpulens.consumers.prometheus.exporting import (
-        EXPORTED_TOPICS,
-        PER_GPU_TOPICS,
-        Exporter,
-        exported_topics,
-        run_exporter,
-    )
+    from gpulens.consumers.prometheus.exporting import Exporter, run_exporter
     from gpulens.consumers.prometheus.settings import ExporterSettings
     from gpulens.consumers.prometheus.state import LatestState, Snapshot
+    from gpulens.consumers.prometheus.topics import EXPORTED_TOPICS, PER_GPU_TOPICS, exported_topics
 
 _EXPORTS: dict[str, str] = {
-    "EXPORTED_TOPICS": "exporting",
+    "EXPORTED_TOPICS": "topics",
     "Exporter": "exporting",
     "ExporterError": "exceptions",
     "ExporterSettings": "settings",
     "LatestState": "state",
-    "PER_GPU_TOPICS": "exporting",
+    "PER_GPU_TOPICS": "topics",
     "Snapshot": "state",
     "StateCollector": "collecting",
-    "exported_topics": "exporting",
+    "exported_topics": "topics",
     "run_exporter": "exporting",
 }
 """Public name -> the submodule defining it."""

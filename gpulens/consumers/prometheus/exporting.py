@@ -38,36 +38,17 @@ from gpulens.consumers.prometheus.exceptions import ExporterError
 from gpulens.consumers.prometheus.health import ConsumerHealth, ProcessFamilies
 from gpulens.consumers.prometheus.settings import ExporterSettings
 from gpulens.consumers.prometheus.state import LatestState
+from gpulens.consumers.prometheus.topics import exported_topics
 from gpulens.schemas.kafka.consuming import ConsumeError, DecodingConsumer
 from gpulens.schemas.kafka.retrying import retry_transient
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.kafka.topic_admin import topic_partitions
 from gpulens.schemas.model.exceptions import GPULensError
 from gpulens.schemas.model.models import GpuSampleBatch
-from gpulens.schemas.model.topics import (
-    ALERTS,
-    CLUSTER_ALLOCATION,
-    IDLE_GPU_HOURS,
-    NODE_ALLOCATION,
-    STATE_GPU_SAMPLES,
-    WORKLOAD_USAGE,
-    TopicSpec,
-)
+from gpulens.schemas.model.topics import TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 
 log = logging.getLogger(__name__)
-
-EXPORTED_TOPICS: tuple[TopicSpec, ...] = (
-    *(CLUSTER_ALLOCATION, NODE_ALLOCATION, WORKLOAD_USAGE, ALERTS, IDLE_GPU_HOURS),
-)
-"""What the exporter reads by default: the worker's aggregates, alerts and idle GPU-hours."""
-PER_GPU_TOPICS: tuple[TopicSpec, ...] = (*EXPORTED_TOPICS, STATE_GPU_SAMPLES)
-"""What it reads in the per-GPU mode: also each node's newest sample batch."""
-
-
-def exported_topics(settings: ExporterSettings) -> tuple[TopicSpec, ...]:
-    """The catalog topics an exporter with ``settings`` reads."""
-    return PER_GPU_TOPICS if settings.per_gpu else EXPORTED_TOPICS
 
 
 class Exporter:
