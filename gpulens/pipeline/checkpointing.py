@@ -289,7 +289,7 @@ class Checkpoint:
             hot = {key for key in changed if key[0] in kinds}
             live = _Live(part, kinds)
             self._write(self._logs[name], part, changed - hot, live.cold)
-            self._write(hot_log, part, hot, live.hot)
+            self._write(hot_log, part, hot, live.hot, grouped=False)
         if offsets:
             group = self._consumer.consumer_group_metadata()
             self._transactional(
@@ -304,12 +304,22 @@ class Checkpoint:
             state_log.cut(self._admin)
 
     def _write(
-        self, state_log: StateLog, part: Stateful, changed: set[StateKey], live: Callable[[], list[StateKey]]
+        self,
+        state_log: StateLog,
+        part: Stateful,
+        changed: set[StateKey],
+        live: Callable[[], list[StateKey]],
+        *,
+        grouped: bool = True,
     ) -> None:
-        """``part``'s ``changed`` keys on ``state_log``, or a snapshot of its ``live`` keys instead."""
+        """``part``'s ``changed`` keys on ``state_log``, or a snapshot of its ``live`` keys instead,
+        grouped where the part groups them (:class:`GroupsSnapshot`) unless ``grouped`` is False
+        (hot kinds: they change at every cycle, and keep their order)."""
         if state_log.snapshot_possible(len(changed)):  # listing every live key each cycle would cost
             keys = live()
             if state_log.snapshot_due(len(keys), len(changed)):  # it holds the changes too
+                if grouped and isinstance(part, GroupsSnapshot):  # sorted only for a snapshot written
+                    keys = sorted(keys, key=part.snapshot_group)
                 state_log.snapshot_packed(self._producer, partial(_packed_live, part, keys), len(keys))
                 self.written += len(keys)
                 return
@@ -380,20 +390,14 @@ def _retriable(err: KafkaException) -> bool:
 
 class _Live:
     """A part's live keys, listed at most once a commit and only when a snapshot may be due,
-    split into its cold and hot kinds; the cold ones grouped where the part groups them
-    (:class:`GroupsSnapshot`: hot kinds change at every cycle and are left in their order)."""
+    split into its cold and hot kinds."""
 
     def __init__(self, part: Stateful, hot: frozenset[str] = frozenset()) -> None:
         self._part, self._hot = part, hot
         self._split: tuple[list[StateKey], list[StateKey]] | None = None
 
     def all(self) -> list[StateKey]:
-        return self._grouped(list(self._part.live()))
-
-    def _grouped(self, keys: list[StateKey]) -> list[StateKey]:
-        if isinstance(self._part, GroupsSnapshot):
-            keys.sort(key=self._part.snapshot_group)
-        return keys
+        return list(self._part.live())
 
     def cold(self) -> list[StateKey]:
         return self._listed()[0]
@@ -407,7 +411,7 @@ class _Live:
             hot: list[StateKey] = []
             for key in self._part.live():
                 (hot if key[0] in self._hot else cold).append(key)
-            self._split = self._grouped(cold), hot
+            self._split = cold, hot
         return self._split
 
 
