@@ -15,11 +15,20 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 from alert_oracle import SAMPLES
 
 from gpulens.pipeline.alerting import AlertRules
-from gpulens.pipeline.checkpointing import PACKED_V1, decode_key, encode_key, pack, unpack
+from gpulens.pipeline.checkpointing import (
+    PACKED_V1,
+    JsonText,
+    decode_key,
+    encode_key,
+    encode_value,
+    pack,
+    unpack,
+)
 from gpulens.pipeline.idle_owners import IdleRules
 from gpulens.pipeline.operators import (
     AlertOperator,
@@ -92,7 +101,7 @@ def save(operator: Operator, changelog: dict[bytes, str]) -> int:
         if value is None:
             changelog.pop(encode_key(key), None)
         else:
-            changelog[encode_key(key)] = json.dumps(value)
+            changelog[encode_key(key)] = encode_value(value).decode()
     return written
 
 
@@ -259,7 +268,7 @@ def test_no_state_entry_grows_with_what_happens_at_one_instant(name: str, cluste
     for event in cluster_start:
         if any(isinstance(event, spec.record) for spec in operator.inputs):
             operator.process(event)
-    sizes = [len(json.dumps(operator.state.dump(key))) for key in operator.state.live()]
+    sizes = [len(encode_value(operator.state.dump(key))) for key in operator.state.live()]
     assert len(sizes) >= 2_000  # an entry per node at least
     assert max(sizes) <= 8 * 1024
 
@@ -288,6 +297,18 @@ def test_a_state_key_is_written_as_json_writes_it_whatever_its_characters() -> N
     for key in keys:
         assert encode_key(key) == json.dumps(key, separators=(",", ":")).encode(), key
         assert decode_key(encode_key(key)) == key
+
+
+def test_a_value_kept_as_json_text_is_written_as_the_value_it_holds() -> None:
+    """A part that keeps a value as JSON text (a node's inventory) dumps it as such: written as
+    it is, also in a batch the standard library writes (an integer beyond 64 bits beside it)."""
+    inventory = {"node": "n1", "gpus": [{"device_id": "GPU-é", "vram_mib": 81_920}]}
+    fragment = JsonText(orjson.dumps(inventory))
+    for beside in (1, 2**70):
+        pairs: list[tuple[tuple, object]] = [(("inventory", "c", "n1"), fragment), (("n", "c"), beside)]
+        read = [(decode_key(key), value) for record, _ in pack(pairs) for key, value in unpack(record)]
+        assert read == [(("inventory", "c", "n1"), inventory), (("n", "c"), beside)]
+    assert json.loads(encode_value(fragment)) == inventory
 
 
 def test_packed_entries_come_back_as_written() -> None:

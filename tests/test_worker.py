@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ from gpulens.producers.replay import genai_duty
 from gpulens.schemas.kafka.sharding import Shard
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import Alert, DeadLetter, Watermark
-from gpulens.schemas.model.topics import ALERTS, DLQ, GPU_SAMPLES, PODS, WATERMARKS, entity_key
+from gpulens.schemas.model.topics import ALERTS, DLQ, GPU_SAMPLES, PODS, STATE_PODS, WATERMARKS, entity_key
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.testing.examples import example_events
 
@@ -403,6 +404,64 @@ def test_a_worker_catching_up_on_a_backlog_holds_a_bounded_number_of_records(tmp
     peak = metrics["gpulens_worker_buffered_records_peak"]
     assert metrics["gpulens_worker_records_in_total"] >= backlog
     assert peak < backlog / 2, f"held {peak:.0f} records at once of a {backlog} record backlog"
+
+
+def test_a_record_held_by_its_head_whose_body_is_refused_is_dead_lettered_when_released(
+    own_platform, own_codec
+) -> None:
+    """Held as bytes (``hold_decoded`` 0), a record of a source the worker already hears is placed
+    by its head alone; its cut body is refused when it is released: dead-lettered with the full
+    decode's reason, the records around it applied, the final watermark ending the cluster."""
+    settings, _ = own_platform
+    first = example_events("heads", source="agent/n1", at=T0)[PODS]
+    cut, last = (
+        first.model_copy(update={"event_id": name, "uid": name, "event_time": T0 + timedelta(seconds=s)})
+        for name, s in (("pod-cut", 1), ("pod-last", 2))
+    )
+    end = Watermark(
+        event_id="end", cluster="heads", event_time=T0 + timedelta(seconds=10), source="agent/n1", final=True
+    )
+    producer = Producer(settings.kafka.librdkafka())
+    key = entity_key("heads", first.uid)  # one partition: read in this order
+    for value in (
+        own_codec.encode(PODS, first),
+        own_codec.encode(PODS, cut)[:-3],
+        own_codec.encode(PODS, last),
+    ):
+        producer.produce(PODS.name, key=key, value=value)
+    producer.produce(WATERMARKS.name, key=b"heads", value=own_codec.encode(WATERMARKS, end))
+    assert producer.flush(30) == 0
+    placed = REGISTRY.get_sample_value("gpulens_worker_records_placed_by_head_total") or 0.0
+    options = WorkerOptions(group_id="heads", hold_decoded=0, source_timeout_s=1.0, idle_ms=0)
+    worker = StreamWorker(settings.kafka, own_codec, [StateOperator()], options)
+    deadline = time.monotonic() + 60
+    while worker.processed < 3 and time.monotonic() < deadline:  # the three pods
+        worker.step()
+    stopped = threading.Event()
+    stopped.set()
+    worker.run(stopped)  # commits and closes it
+    placed = (REGISTRY.get_sample_value("gpulens_worker_records_placed_by_head_total") or 0.0) - placed
+    letters = [own_codec.decode(DLQ, v) for v in committed_values(settings, DLQ.name)]
+    pods = [own_codec.decode(STATE_PODS, v) for v in committed_values(settings, STATE_PODS.name)]
+    assert [(d.reason, d.source_offset) for d in letters] == [("avro-decode-error", 1)]
+    assert sorted(p.uid for p in pods) == sorted([first.uid, "pod-last"])
+    assert placed == 2, (
+        "the cut record and the last were placed by their heads (the first made its source heard)"
+    )
+
+
+def committed_values(settings, topic: str) -> list[bytes]:
+    """Every committed value on ``topic`` (all committed before: read until a poll brings none)."""
+    consumer = Consumer(
+        settings.kafka.librdkafka(**{"group.id": f"read-{topic}", "isolation.level": "read_committed"})
+    )
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    values: list[bytes] = []
+    while batch := consumer.consume(1000, 2.0):
+        values += [m.value() for m in batch if m.error() is None]
+    consumer.close()
+    return values
 
 
 def test_a_cycle_is_committed_once_old_enough_even_in_a_release(own_platform, own_codec) -> None:

@@ -108,13 +108,15 @@ class TopicReader:
 
 
 def publish(
-    platform: GPULensSettings, codec: AvroCodec, records: list[tuple[TopicSpec, bytes, Record]]
+    platform: GPULensSettings, codec: AvroCodec, records: list[tuple[TopicSpec, bytes, Record | bytes]]
 ) -> None:
+    """``records`` on their topics, each encoded (bytes: as they are)."""
     producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 20}))
     for spec, key, record in records:
+        value = record if isinstance(record, bytes) else codec.encode(spec, record)
         while True:
             try:
-                producer.produce(spec.name, key=key, value=codec.encode(spec, record))
+                producer.produce(spec.name, key=key, value=value)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -124,11 +126,14 @@ def publish(
 # --- bounds ------------------------------------------------------------------------------------
 
 
-def test_far_future_and_1970_records_go_to_the_dlq_and_the_cluster_keeps_its_rows(
-    platform, codec, config_file, unique, spawned, tmp_path
+@pytest.mark.parametrize("hold", ["10000", "0"], ids=["decoded-when-fetched", "held-as-bytes"])
+def test_far_future_1970_and_cut_records_go_to_the_dlq_and_the_cluster_keeps_its_rows(
+    platform, codec, config_file, unique, spawned, tmp_path, hold
 ) -> None:
+    """``--hold-decoded 0``: every record is held as its bytes, placed by its head alone, so the
+    cut record (its head whole) is refused when released instead of when fetched."""
     cluster, group = f"bounds-{unique}", f"g-{unique}"
-    pod = example_events(cluster, source="rogue")[PODS]
+    pod = example_events(cluster, source="rogue", at=EPOCH + timedelta(hours=1))[PODS]
     rogue = [
         pod.model_copy(update={"event_id": f"{name}-{unique}", "event_time": at})
         for name, at in (
@@ -136,10 +141,14 @@ def test_far_future_and_1970_records_go_to_the_dlq_and_the_cluster_keeps_its_row
             ("past", datetime(1970, 1, 1, tzinfo=UTC)),
         )
     ]
-    publish(platform, codec, [(PODS, entity_key(cluster, pod.uid), r) for r in rogue])
+    key = entity_key(cluster, pod.uid)
+    publish(platform, codec, [(PODS, key, r) for r in rogue])
+    cut = codec.encode(PODS, pod.model_copy(update={"event_id": f"cut-{unique}"}))[:-3]
+    publish(platform, codec, [(PODS, key, cut)])
     rows = TopicReader(platform, codec, [CLUSTER_ALLOCATION], lambda r: r.cluster == cluster)
     letters = TopicReader(platform, codec, [DLQ], lambda r: r.consumer == group)
-    worker = start_worker(config_file, group, "--window", "3600", "--no-nodes", "--processors", "allocation")
+    options = ("--window", "3600", "--no-nodes", "--processors", "allocation", "--hold-decoded", hold)
+    worker = start_worker(config_file, group, *options)
     spawned.append(worker)
     pods = head_of(PODS_CSV, 1_000, tmp_path / "pods.csv")
     replaying = gpulens(config_file, "replay", "alibaba-v2023", "--pods", str(pods))
@@ -149,7 +158,7 @@ def test_far_future_and_1970_records_go_to_the_dlq_and_the_cluster_keeps_its_row
     try:
         got = rows.read_until(lambda r: len(r) >= len(expected), 180)
         got = rows.read_until(lambda r: len(r) > len(expected), 2)  # a further row would be wrong
-        dead = letters.read_until(lambda r: len(r) >= 2, 60)
+        dead = letters.read_until(lambda r: len(r) >= 3, 60)
     finally:
         rows.close()
         letters.close()
@@ -166,7 +175,7 @@ def test_far_future_and_1970_records_go_to_the_dlq_and_the_cluster_keeps_its_row
     assert [r.pods_running_end for r in got] == [e.pods_running_end for e in expected]
     assert all(isinstance(d, DeadLetter) for d in dead)
     reasons = {d.reason: d.detail for d in dead}
-    assert sorted(reasons) == ["event-time-out-of-bounds", "invalid-record"]
+    assert sorted(reasons) == ["avro-decode-error", "event-time-out-of-bounds", "invalid-record"]
     assert all(d.source_topic == PODS.name for d in dead)
     assert "2090-01-01" in reasons["event-time-out-of-bounds"], "ahead of the wall clock and the cluster"
     assert "event_time" in reasons["invalid-record"], "1970 is outside the models' range"

@@ -247,6 +247,15 @@ class EventClocks:
         known.heard = now
         return cluster, known
 
+    def hears(self, cluster: str, source: str) -> bool:
+        """``source`` is live now: heard within ``source_timeout_s``, no final watermark since. A
+        record of it fetched now changes nothing but how long it stays live."""
+        state = self._clusters.get(cluster)
+        known = None if state is None else state.sources.get(source)
+        if state is None or known is None or known.final:
+            return False
+        return self._clock() - max(known.heard, state.held) < self.source_timeout_s
+
     def heard(self, cluster: str, source: str) -> None:
         """A record of ``source`` was fetched: it is live (again, after a final watermark)."""
         known = self._source(cluster, source)[1]

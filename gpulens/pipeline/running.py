@@ -93,6 +93,7 @@ from gpulens.schemas.model.models import (
 )
 from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, TopicSpec, record_key
 from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.event_head import EventHeadReader
 from gpulens.schemas.wire.sample_columns import NativeSampleDecoder, SampleColumns
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,11 @@ BY_COLUMN = Counter(
 AS_BYTES_HELD = Counter(
     "gpulens_worker_records_held_as_bytes_total",
     "Records held as their wire bytes while many were held, decoded again when released.",
+)
+PLACED_BY_HEAD = Counter(
+    "gpulens_worker_records_placed_by_head_total",
+    "Records held as bytes that were placed by their head alone (cluster, time, source), decoded "
+    "only when released.",
 )
 LATE = Counter("gpulens_worker_late_events_total", "Events older than applied event time (sent to the DLQ).")
 LATE_STATE = Counter(
@@ -244,6 +250,7 @@ class StreamWorker:
         """The operators of the GPU samples, each with itself where it takes runs (asked once
         here, not per run: checking a runtime protocol is slow)."""
         self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
+        self._heads = EventHeadReader(codec)
         """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
         self._consumer = Consumer(
             kafka.streaming_consumer(
@@ -627,15 +634,8 @@ class StreamWorker:
             if self._shard is not None and not self._shard.owns_key(key):
                 record, event_ms, cluster = OFFSET_ONLY, self._last_ms.get((topic, partition), 0), ""
             else:
-                # The worker reads only its operators' inputs: event topics, so a record is an Event.
-                record = (
-                    columns
-                    if columns is not None
-                    else cast(Event, self._codec.decode(self._specs[topic], message.value() or b""))
-                )
-                if self._shard is not None:
-                    _check_key(key, record)
-                event_ms, cluster = event_time_ms(record), record.cluster
+                spec = self._specs[topic]
+                record, event_ms, cluster, source = self._read(spec, message, columns)
                 beyond = self._options.bounds.violation(
                     event_ms,
                     now_ms=round(time.time() * 1000),
@@ -644,8 +644,7 @@ class StreamWorker:
                     watermark=isinstance(record, Watermark),
                 )
                 if beyond is not None:  # it moves no clock and keeps its partition's place
-                    exact = record.batch() if isinstance(record, SampleColumns) else record
-                    record = _OutOfBounds(exact, beyond)
+                    record = _OutOfBounds(self._exact(record, spec, message), beyond)
                     event_ms = self._last_ms.get((topic, partition), 0)
                 elif isinstance(record, Watermark):
                     self._last_ms[(topic, partition)] = event_ms
@@ -656,10 +655,14 @@ class StreamWorker:
                     )  # fmt: skip
                 else:
                     self._last_ms[(topic, partition)] = event_ms
-                    self._clocks.heard(cluster, record.source)
+                    self._clocks.heard(cluster, source)
                     released = self._clocks.released_ms(cluster)
-                    if released is not None and event_ms < released and isinstance(record, STATE_CHANGES):
-                        record, event_ms = _restamp(record, released), released
+                    if (
+                        released is not None
+                        and event_ms < released
+                        and issubclass(spec.record, STATE_CHANGES)
+                    ):
+                        record, event_ms = _restamp(self._exact(record, spec, message), released), released
                     elif columns is None and self._buffered >= self._options.hold_decoded:
                         record = AS_BYTES
                         AS_BYTES_HELD.inc()
@@ -680,13 +683,45 @@ class StreamWorker:
             merge = self._merges[cluster] = EventTimeMerge(self._ends, idle_ms=self._options.idle_ms)
         merge.add(stamped)
 
+    def _read(
+        self, spec: TopicSpec, message: Message, columns: SampleColumns | None
+    ) -> tuple[Input, int, str, str]:
+        """The record fetched (AS_BYTES where its head alone was read), its event time, cluster
+        and source. Past ``hold_decoded`` records held, a record is held as its bytes and
+        decoded when released, so its head is all that is read now (:mod:`event_head`)."""
+        value = message.value() or b""
+        if columns is None and self._buffered >= self._options.hold_decoded and self._shard is None:
+            head = None if spec.record is Watermark else self._heads.read(spec, value)
+            # Only a live source's: the record may yet be refused, and must not have made its
+            # source known, revived it or kept its cluster from ending (a final watermark sent).
+            if head is not None and self._clocks.hears(head.cluster, head.source):
+                PLACED_BY_HEAD.inc()
+                return AS_BYTES, head.event_ms, head.cluster, head.source
+        # The worker reads only its operators' inputs: event topics, so a record is an Event.
+        record = columns if columns is not None else cast(Event, self._codec.decode(spec, value))
+        if self._shard is not None:
+            _check_key(message.key(), record)
+        return record, event_time_ms(record), record.cluster, record.source
+
+    def _exact(self, record: Input, spec: TopicSpec, message: Message) -> Event:
+        """``record`` as its model: a batch read by column as one, one held as bytes decoded."""
+        if isinstance(record, SampleColumns):
+            return record.batch()
+        if record is AS_BYTES:
+            return cast(Event, self._codec.decode(spec, message.value() or b""))
+        assert isinstance(record, Event)  # what a record read is when not held as bytes
+        return record
+
     def _process(self, item: Stamped[Input], cluster: str, stop: threading.Event | None) -> bool:
         """Process one released record; False when ``stop`` came while its windows closed."""
         record = item.record
         self.processed += 1
         self._pending += 1
-        if record is AS_BYTES:  # decoded once already when fetched: it decodes again
-            record = cast(Event, self._codec.decode(self._specs[item.topic], item.value or b""))
+        if record is AS_BYTES:  # placed by its head, or decoded once when fetched: decoded now
+            try:
+                record = cast(Event, self._codec.decode(self._specs[item.topic], item.value or b""))
+            except DecodeError as err:  # only its head was read: the rest is refused now
+                record = err
         if record is OFFSET_ONLY:
             self._positions.processed(cluster, item.topic, item.partition, item.offset)
             return True
