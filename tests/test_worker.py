@@ -189,7 +189,7 @@ def test_a_worker_holding_records_as_bytes_gives_the_csv_rows(
     platform, codec, config_file, unique, processes, pods_slice
 ) -> None:
     """--hold-decoded 0: every record held for event-time order waits as its wire bytes and is
-    decoded again when released; the rows are the CSV's all the same."""
+    decoded when released (most placed by their heads alone); the rows are the CSV's all the same."""
     cluster, group = f"bytes-{unique}", f"g-{unique}"
     reader = RowReader(platform, codec, cluster)
     port = free_port()

@@ -114,7 +114,7 @@ class _OutOfBounds:
 
 class _AsBytes:
     """Stands in the merge for a record held as its wire bytes (``Stamped.value``) while many
-    records are held, and decoded again when released: a decoded pod, node or inventory record
+    records are held, and decoded when released: a decoded pod, node or inventory record
     takes about 8.7 KB, its bytes about 600 B (a 100,000-GPU cluster's start held 150,000 records,
     1.4 GB of the worker's RSS). See :attr:`WorkerOptions.hold_decoded`."""
 
@@ -146,7 +146,7 @@ BY_COLUMN = Counter(
 )
 AS_BYTES_HELD = Counter(
     "gpulens_worker_records_held_as_bytes_total",
-    "Records held as their wire bytes while many were held, decoded again when released.",
+    "Records held as their wire bytes while many were held, decoded when released.",
 )
 PLACED_BY_HEAD = Counter(
     "gpulens_worker_records_placed_by_head_total",
@@ -186,8 +186,9 @@ class WorkerOptions:
     (:mod:`gpulens.pipeline.alignment`)."""
     hold_decoded: int = 10_000
     """Records held decoded at most: past this many held (at the last step), a record decoded one
-    by one is held as its bytes and decoded again when released (:class:`_AsBytes`); GPU sample
-    batches read by column stay as they are."""
+    by one is held as its bytes and decoded when released (:class:`_AsBytes`), placed by its head
+    alone where its source is live (:meth:`StreamWorker._read`); GPU sample batches read by column
+    stay as they are."""
     cycle_s: float = 1.0
     """Time between two transaction commits while commits are cheap."""
     commit_share: float = 0.1

@@ -130,8 +130,8 @@ class PipelineSettings(BaseModel):
         ge=0,
         description="Records held decoded at most: past this many held for event-time order, a "
         "record is held as its wire bytes (about 600 B, against about 8.7 KB decoded for a pod, "
-        "node or inventory) and decoded again when released; 0: every one. GPU sample batches read "
-        "by column stay as they are.",
+        "node or inventory) and decoded when released (placed by its head alone where its source "
+        "is live); 0: every one. GPU sample batches read by column stay as they are.",
     )
     cycle_s: float = Field(
         default=1.0,
