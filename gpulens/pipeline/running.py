@@ -251,8 +251,9 @@ class StreamWorker:
         """The operators of the GPU samples, each with itself where it takes runs (asked once
         here, not per run: checking a runtime protocol is slow)."""
         self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
-        self._heads = EventHeadReader(codec)
         """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
+        self._heads = EventHeadReader(codec)
+        """Reads what places a record held as bytes (:meth:`_read`)."""
         self._consumer = Consumer(
             kafka.streaming_consumer(
                 **{
