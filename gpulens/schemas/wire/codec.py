@@ -166,6 +166,11 @@ class AvroCodec:
             raise DecodeError(DecodeFailure.AVRO_DECODE, f"schema id {schema_id}: not a record")
         return values
 
+    def knows_schema(self, schema_id: int) -> bool:
+        """Whether ``schema_id`` was read or registered here already: asking about it again
+        costs no request to the registry."""
+        return schema_id in self._writers or schema_id in self._ids.values()
+
     def writes_committed(self, topic: TopicSpec, schema_id: int) -> bool:
         """Whether ``schema_id`` is the topic's own committed schema (its bodies need no
         resolution); :class:`DecodeError` for an id the registry does not know."""

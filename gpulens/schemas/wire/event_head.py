@@ -9,8 +9,10 @@ them twice: in full when fetched, then dropped to its wire bytes and decoded aga
 (a third of its CPU over the start, half of it the first decode).
 
 It is sound, not complete: a head comes back only from a body written with the topic's own
-committed schema, and only where the model would accept those four fields (a cluster and a
-source not empty, a time in [2000, 2100), UTF-8 text); else None, and the full decode decides.
+committed schema, one the codec knows already (an id it never saw, as junk's are, is left to the
+full decode, which asks the registry once), and only where the model would accept those four
+fields (a cluster and a source not empty, a time in [2000, 2100), UTF-8 text); else None, and
+the full decode decides.
 What the head leaves unread (the event id, the body) is checked when the record is decoded in
 full: a record refused then is dead-lettered then, with the full decode's reason.
 """
@@ -71,8 +73,11 @@ class EventHeadReader:
         key = (framing, topic.name)
         readable = self._readable.get(key)
         if readable is None:
+            schema_id = int.from_bytes(framing[1:])
+            if not self._codec.knows_schema(schema_id):  # junk's random ids: the full decode asks
+                return False  # the registry once, not twice
             try:
-                ours = self._codec.writes_committed(topic, int.from_bytes(framing[1:]))
+                ours = self._codec.writes_committed(topic, schema_id)
             except (DecodeError, RegistryError):  # unknown id, registry away: the full decode says
                 return False
             fields = json.loads(committed(topic.record)).get("fields", [])[: len(_HEAD_FIELDS)]
