@@ -242,7 +242,7 @@ class EventClocks:
             known = cluster.sources[source] = _Source(heard=now, first_heard=now)
             cluster.stale = True
             self._moved.add((cluster_name, source))
-        elif known.final or now - max(known.heard, cluster.held) >= self.source_timeout_s:
+        elif not self._live(cluster, known, now):
             cluster.stale = True  # silent or ended until now: live again
         known.heard = now
         return cluster, known
@@ -252,9 +252,11 @@ class EventClocks:
         record of it fetched now changes nothing but how long it stays live."""
         state = self._clusters.get(cluster)
         known = None if state is None else state.sources.get(source)
-        if state is None or known is None or known.final:
-            return False
-        return self._clock() - max(known.heard, state.held) < self.source_timeout_s
+        return state is not None and known is not None and self._live(state, known, self._clock())
+
+    def _live(self, cluster: _Cluster, source: _Source, now: float) -> bool:
+        """No final watermark, and heard (or its partitions held back) within ``source_timeout_s``."""
+        return not source.final and now - max(source.heard, cluster.held) < self.source_timeout_s
 
     def heard(self, cluster: str, source: str) -> None:
         """A record of ``source`` was fetched: it is live (again, after a final watermark)."""

@@ -26,7 +26,7 @@ from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.exceptions import DecodeError, RegistryError
 from gpulens.schemas.model.models import EARLIEST, LATEST
 from gpulens.schemas.model.topics import TopicSpec
-from gpulens.schemas.wire.codec import AvroCodec
+from gpulens.schemas.wire.codec import MAGIC, AvroCodec
 
 _HEAD_FIELDS = [
     {"name": "event_id", "type": "string"},
@@ -56,7 +56,7 @@ class EventHeadReader:
 
     def read(self, topic: TopicSpec, value: bytes) -> EventHead | None:
         """The head of ``value``, an event on ``topic``; None where only a full decode can tell."""
-        if len(value) <= _FRAMING or value[0] != 0 or not self._starts_with_head(topic, value[:_FRAMING]):
+        if len(value) <= _FRAMING or value[0] != MAGIC or not self._starts_with_head(topic, value[:_FRAMING]):
             return None
         try:
             pos = _skip_string(value, _FRAMING)
