@@ -40,7 +40,7 @@ def decoded_head(codec: AvroCodec, spec: TopicSpec, value: bytes) -> EventHead |
 @pytest.mark.parametrize("spec", EVENT_TOPICS, ids=lambda s: s.name)
 def test_the_head_of_every_record_the_codec_reads_is_read_alike(codec: AvroCodec, spec: TopicSpec) -> None:
     """Random records of every event topic: each one the codec reads has the same head read
-    alone, and no head is read from one whose head fields the model refuses."""
+    alone (heads the model refuses: the next tests)."""
     heads, records = EventHeadReader(codec), RandomRecords(random.Random(spec.name))
     schema = json.loads(committed(spec.record))
     read = 0
@@ -50,8 +50,6 @@ def test_the_head_of_every_record_the_codec_reads_is_read_alike(codec: AvroCodec
         if expected is not None:
             assert got == expected, value.hex()
             read += 1
-        elif got is not None:  # refused for something past the head: the head itself is sound
-            assert got.cluster and got.source
     assert read > 0
 
 
