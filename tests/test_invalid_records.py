@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -162,3 +163,19 @@ def test_the_duplicate_check_remembers_a_bounded_horizon_of_ids(codec):
     assert guard.conflict(changed, codec.encode(PODS, changed)) is None
     other_schema = b"\x00\xff\xff\xff\xff" + codec.encode(PODS, changed)[5:]
     assert guard.conflict(changed, other_schema) is None  # bytes differ by schema: no conflict
+
+
+def test_the_duplicate_check_keeps_no_id_text():
+    """A full horizon of ids, each made for its record and dropped after (as the sink's are),
+    takes under 125 bytes an id: the ids' text (81 bytes each) is not what is kept."""
+    value = b"\x00\x00\x00\x00\x07" + bytes(300)
+    guard = DuplicateGuard(horizon=200_000)
+    tracemalloc.start()
+    try:
+        for i in range(200_000):
+            guard.conflict_of(f"{i:032x}", value)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 125 * 200_000
+    assert guard.conflict_of(f"{199_999:032x}", value[:-1] + b"\x01") is not None  # still guarded
