@@ -116,6 +116,9 @@ class SizeResult:
     read at both ends): each is one transaction, and cycles stretch under load."""
     worker_commit_s: float | None = None
     """The worker's last commit's time at the end of the steady window (``gpulens_worker_commit_seconds``)."""
+    worker_held_peak: int = 0
+    """The most records the worker held for event-time order at once since it started, read at
+    the end of the steady window (``gpulens_worker_buffered_records_peak``)."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Per topic, records the retention cap deleted before every group had consumed them (the
     retention job's counter at the end of the run)."""

@@ -385,10 +385,11 @@ class _SizeRun:
         if len(worker_at) == 2:
             result.worker_cycles = round(worker_at[1][CYCLES] - worker_at[0][CYCLES])
             result.worker_commit_s = worker_at[1][COMMIT_SECONDS]
+            result.worker_held_peak = round(worker_at[1].get(HELD_PEAK, 0))
         _analyse(result, sim, sampler, offsets, rows, steady, published_end, options)
 
     def _worker_metrics(self) -> dict[str, float]:
-        """The worker's cycle counter and last commit's time, from its /metrics."""
+        """The worker's cycle counter, last commit's time and most records held, from its /metrics."""
         url = f"http://127.0.0.1:{self.worker_metrics}/metrics"
         with urllib.request.urlopen(url, timeout=10) as answer:
             text = answer.read().decode()
@@ -396,7 +397,7 @@ class _SizeRun:
             sample.name: sample.value
             for family in text_string_to_metric_families(text)
             for sample in family.samples
-            if sample.name in (CYCLES, COMMIT_SECONDS)
+            if sample.name in (CYCLES, COMMIT_SECONDS, HELD_PEAK)
         }
 
     @staticmethod
@@ -410,6 +411,7 @@ class _SizeRun:
 
 
 CYCLES, COMMIT_SECONDS = "gpulens_worker_cycles_total", "gpulens_worker_commit_seconds"
+HELD_PEAK = "gpulens_worker_buffered_records_peak"
 """The worker's metrics read at the steady window's ends."""
 
 
@@ -525,7 +527,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             each = f" ({window_s / r.worker_cycles:.1f} s each on average)" if r.worker_cycles else ""
             notes += (
                 f"\n  worker: {r.worker_cycles:,} cycles committed in the steady {window_s:g} s{each}, "
-                f"its last commit {1000 * r.worker_commit_s:.0f} ms"
+                f"its last commit {1000 * r.worker_commit_s:.0f} ms; "
+                f"at most {r.worker_held_peak:,} records held for event-time order"
             )
         print(notes)
         minutes = ", ".join(f"{p99:.2f} ({late:.2f})" for p99, late in r.p99_by_minute)
