@@ -410,8 +410,11 @@ class _SizeRun:
             time.sleep(0.5)
 
 
-CYCLES, COMMIT_SECONDS = "gpulens_worker_cycles_total", "gpulens_worker_commit_seconds"
-HELD_PEAK = "gpulens_worker_buffered_records_peak"
+CYCLES, COMMIT_SECONDS, HELD_PEAK = (
+    "gpulens_worker_cycles_total",
+    "gpulens_worker_commit_seconds",
+    "gpulens_worker_buffered_records_peak",
+)
 """The worker's metrics read at the steady window's ends."""
 
 
