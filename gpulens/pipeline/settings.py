@@ -123,7 +123,9 @@ class PipelineSettings(BaseModel):
         ge=1,
         description="Records held for event-time order past which input partitions running ahead in "
         "event time are paused, so that a worker catching up on a backlog reads the others "
-        "(watermarks among them) first: bounds its memory.",
+        "(watermarks among them) first. It bounds what partitions running apart make it hold, not "
+        "what a barrier waits for: on noida-db, which answers a fetch with a partition's whole "
+        "backlog, the worker held 190,316 records at the start of 100,000 GPUs.",
     )
     hold_decoded: int = Field(
         default=10_000,
