@@ -20,14 +20,17 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 from test_exporter import sample_batch
+from test_worker import committed_values
 
 from gpulens.pipeline.operators import LatestSamplesOperator
 from gpulens.pipeline.running import StreamWorker, WorkerOptions
 from gpulens.schemas.model.models import GpuSampleBatch, Watermark
-from gpulens.schemas.model.topics import GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
+from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
 from gpulens.schemas.wire.codec import registry_client
 
 EVERY_S = 10
+BY_COLUMN = "gpulens_worker_sample_batches_by_column_total"
+AS_BYTES = "gpulens_worker_records_held_as_bytes_total"
 T0 = datetime(2024, 5, 1, tzinfo=UTC)  # sample_batch's epoch
 
 
@@ -128,9 +131,12 @@ def publish(platform, codec, batches: list[GpuSampleBatch]) -> list[bytes]:
     return values
 
 
+@pytest.mark.parametrize("hold_decoded", [10_000, 0], ids=["read-when-fetched", "held-as-bytes"])
 def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schema_id(
-    platform, codec, unique
+    platform, codec, unique, hold_decoded: int
 ) -> None:
+    """Read by column when fetched, or (``hold_decoded`` 0: every record held as its bytes,
+    placed by its head) by column when released: the same bodies go out."""
     cluster, nodes, seconds = f"columns-{unique}", [f"n{i}" for i in range(60)], range(0, 21, 2)
     batches = [sample_batch(cluster, n, s, (float(s), 50.0)) for s in seconds for n in nodes]
     values = dict(zip((b.event_id for b in batches), publish(platform, codec, batches), strict=True))
@@ -140,12 +146,12 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
         for p in range(GPU_SAMPLES.partitions)
     )
     probe.close()
-    by_column = REGISTRY.get_sample_value("gpulens_worker_sample_batches_by_column_total") or 0.0
+    by_column, as_bytes = (REGISTRY.get_sample_value(name) or 0.0 for name in (BY_COLUMN, AS_BYTES))
     worker = StreamWorker(
         platform.kafka,
         codec,
         [LatestSamplesOperator(EVERY_S * 1000)],
-        WorkerOptions(f"columns-{unique}", idle_ms=0),
+        WorkerOptions(f"columns-{unique}", idle_ms=0, hold_decoded=hold_decoded),
     )
     deadline = time.monotonic() + 60
     while worker.processed < backlog:
@@ -154,8 +160,10 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
     stopped = threading.Event()
     stopped.set()
     worker.run(stopped)  # commits and closes it
-    read = (REGISTRY.get_sample_value("gpulens_worker_sample_batches_by_column_total") or 0.0) - by_column
+    read = (REGISTRY.get_sample_value(BY_COLUMN) or 0.0) - by_column
     assert read >= len(batches) / 2, f"{read:.0f} of {len(batches)} batches read by column"
+    held = (REGISTRY.get_sample_value(AS_BYTES) or 0.0) - as_bytes
+    assert held >= (len(batches) - 1 if hold_decoded == 0 else 0), f"{held:.0f} batches held as bytes"
 
     state_id = registry_client(platform.registry.url).get_latest_version(STATE_GPU_SAMPLES.subject).schema_id
     got = read_cluster(platform, codec, cluster, len(nodes) * len(due(list(seconds), EVERY_S)))
@@ -164,3 +172,40 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
     )
     for batch, value in got:
         assert value == bytes([0]) + state_id.to_bytes(4, "big") + values[batch.event_id][5:]
+
+
+def test_a_batch_held_as_bytes_whose_body_is_cut_is_dead_lettered_when_released(
+    platform, codec, unique
+) -> None:
+    """Held as bytes (``hold_decoded`` 0), a batch is placed by its head alone; when the release
+    reads the batches by column, its cut body is refused: dead-lettered with the full decode's
+    reason, every other batch read by column and republished."""
+    cluster, group, nodes = f"cut-{unique}", f"cut-{unique}", [f"n{i}" for i in range(80)]
+    batches = [sample_batch(cluster, n, s, (float(s), 50.0)) for s in (0, EVERY_S) for n in nodes]
+    values = [codec.encode(GPU_SAMPLES, batch) for batch in batches]
+    cut = len(nodes) + 20  # n20's second batch: its source heard long before
+    values[cut] = values[cut][:-3]
+    producer = Producer(platform.kafka.librdkafka(**{"linger.ms": 50}))
+    for batch, value in zip(batches, values, strict=True):
+        producer.produce(GPU_SAMPLES.name, key=record_key(GPU_SAMPLES, batch), value=value)
+    assert producer.flush(30) == 0
+    by_column = REGISTRY.get_sample_value(BY_COLUMN) or 0.0
+    options = WorkerOptions(group, idle_ms=0, hold_decoded=0)
+    worker = StreamWorker(platform.kafka, codec, [LatestSamplesOperator(EVERY_S * 1000)], options)
+    deadline = time.monotonic() + 60
+    while worker.processed < len(batches):
+        assert time.monotonic() < deadline, f"{worker.processed} of {len(batches)} records processed"
+        worker.step()
+    stopped = threading.Event()
+    stopped.set()
+    worker.run(stopped)  # commits and closes it
+
+    letters = [codec.decode(DLQ, v) for v in committed_values(platform, DLQ.name)]
+    assert [(d.reason, d.value) for d in letters if d.consumer == group] == [
+        ("avro-decode-error", values[cut])
+    ]
+    assert (REGISTRY.get_sample_value(BY_COLUMN) or 0.0) - by_column >= len(batches) / 2
+    got = read_cluster(platform, codec, cluster, len(batches) - 1)
+    assert sorted((b.node, b.event_time) for b, _ in got) == sorted(
+        (b.node, b.event_time) for i, b in enumerate(batches) if i != cut
+    )
