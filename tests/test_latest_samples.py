@@ -131,11 +131,11 @@ def publish(platform, codec, batches: list[GpuSampleBatch]) -> list[bytes]:
     return values
 
 
-@pytest.mark.parametrize("hold_decoded", [10_000, 0], ids=["read-when-fetched", "held-as-bytes"])
+@pytest.mark.parametrize("hold_columns", [50_000, 0], ids=["read-when-fetched", "held-as-bytes"])
 def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schema_id(
-    platform, codec, unique, hold_decoded: int
+    platform, codec, unique, hold_columns: int
 ) -> None:
-    """Read by column when fetched, or (``hold_decoded`` 0: every record held as its bytes,
+    """Read by column when fetched, or (``hold_columns`` 0: every batch held as its bytes,
     placed by its head) by column when released: the same bodies go out."""
     cluster, nodes, seconds = f"columns-{unique}", [f"n{i}" for i in range(60)], range(0, 21, 2)
     batches = [sample_batch(cluster, n, s, (float(s), 50.0)) for s in seconds for n in nodes]
@@ -151,7 +151,7 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
         platform.kafka,
         codec,
         [LatestSamplesOperator(EVERY_S * 1000)],
-        WorkerOptions(f"columns-{unique}", idle_ms=0, hold_decoded=hold_decoded),
+        WorkerOptions(f"columns-{unique}", idle_ms=0, hold_columns=hold_columns),
     )
     deadline = time.monotonic() + 60
     while worker.processed < backlog:
@@ -163,7 +163,7 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
     read = (REGISTRY.get_sample_value(BY_COLUMN) or 0.0) - by_column
     assert read >= len(batches) / 2, f"{read:.0f} of {len(batches)} batches read by column"
     held = (REGISTRY.get_sample_value(AS_BYTES) or 0.0) - as_bytes
-    assert held >= (len(batches) - 1 if hold_decoded == 0 else 0), f"{held:.0f} batches held as bytes"
+    assert held >= (len(batches) - 1 if hold_columns == 0 else 0), f"{held:.0f} batches held as bytes"
 
     state_id = registry_client(platform.registry.url).get_latest_version(STATE_GPU_SAMPLES.subject).schema_id
     got = read_cluster(platform, codec, cluster, len(nodes) * len(due(list(seconds), EVERY_S)))
@@ -177,7 +177,7 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
 def test_a_batch_held_as_bytes_whose_body_is_cut_is_dead_lettered_when_released(
     platform, codec, unique
 ) -> None:
-    """Held as bytes (``hold_decoded`` 0), a batch is placed by its head alone; when the release
+    """Held as bytes (``hold_columns`` 0), a batch is placed by its head alone; when the release
     reads the batches by column, its cut body is refused: dead-lettered with the full decode's
     reason, every other batch read by column and republished."""
     cluster, group, nodes = f"cut-{unique}", f"cut-{unique}", [f"n{i}" for i in range(80)]
@@ -190,7 +190,7 @@ def test_a_batch_held_as_bytes_whose_body_is_cut_is_dead_lettered_when_released(
         producer.produce(GPU_SAMPLES.name, key=record_key(GPU_SAMPLES, batch), value=value)
     assert producer.flush(30) == 0
     by_column = REGISTRY.get_sample_value(BY_COLUMN) or 0.0
-    options = WorkerOptions(group, idle_ms=0, hold_decoded=0)
+    options = WorkerOptions(group, idle_ms=0, hold_columns=0)
     worker = StreamWorker(platform.kafka, codec, [LatestSamplesOperator(EVERY_S * 1000)], options)
     deadline = time.monotonic() + 60
     while worker.processed < len(batches):

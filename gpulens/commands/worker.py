@@ -79,6 +79,7 @@ def _lower_priority(by: int) -> None:
 @_option("--allowed-lateness", setting="allowed_lateness_s", type=click.FloatRange(min=0))
 @_option("--hold", setting="hold_records", type=click.IntRange(min=1))
 @_option("--hold-decoded", setting="hold_decoded", type=click.IntRange(min=0))
+@_option("--hold-columns", setting="hold_columns", type=click.IntRange(min=0))
 @_option("--cycle", setting="cycle_s", type=click.FloatRange(min=0, max=30.0, min_open=True))
 @_option("--commit-share", setting="commit_share", type=click.FloatRange(min=0, max=1.0, min_open=True))
 @_option("--cycle-max", setting="cycle_max_s", type=click.FloatRange(min=0, max=30.0, min_open=True))
@@ -139,6 +140,7 @@ def worker(context: Context, /, **_flags: object) -> None:
         allowed_lateness_ms=round(pipeline.allowed_lateness_s * 1000),
         hold_records=pipeline.hold_records,
         hold_decoded=pipeline.hold_decoded,
+        hold_columns=pipeline.hold_columns,
         cycle_s=pipeline.cycle_s,
         commit_share=pipeline.commit_share,
         cycle_max_s=pipeline.cycle_max_s,

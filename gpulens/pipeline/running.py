@@ -188,8 +188,11 @@ class WorkerOptions:
     hold_decoded: int = 10_000
     """Records held decoded at most: past this many held (at the last step), a record decoded one
     by one is held as its bytes and decoded when released (:class:`_AsBytes`), placed by its head
-    alone where its source is live (:meth:`StreamWorker._read`); GPU sample batches read by column
-    stay as they are."""
+    alone where its source is live (:meth:`StreamWorker._read`); GPU sample batches: see
+    :attr:`hold_columns`."""
+    hold_columns: int = 50_000
+    """Records held past which GPU sample batches are held as their bytes too, placed by their
+    heads and read by column when released (:meth:`StreamWorker._read_held_samples`)."""
     cycle_s: float = 1.0
     """Time between two transaction commits while commits are cheap."""
     commit_share: float = 0.1
@@ -584,11 +587,11 @@ class StreamWorker:
 
     def _read_samples(self, messages: list[Message]) -> list[SampleColumns | None]:
         """Per message, its GPU sample batch read by column where the fetch holds enough of them
-        (None: decoded one by one, as every other record). Past ``hold_decoded`` records held,
+        (None: decoded one by one, as every other record). Past ``hold_columns`` records held,
         none: they are held as their bytes, placed by their heads, and read by column when
         released (:meth:`_read_held_samples`)."""
         decoded: list[SampleColumns | None] = [None] * len(messages)
-        if self._columns is None or (self._buffered >= self._options.hold_decoded and self._shard is None):
+        if self._columns is None or (self._buffered >= self._options.hold_columns and self._shard is None):
             return decoded
         shard = self._shard
         at = [
@@ -633,6 +636,7 @@ class StreamWorker:
             log.warning("transient consume error: %s", error.str())
             return
         offset = message.offset() or 0
+        hold_decoded = self._options.hold_decoded
         self._fetched[(topic, partition)] = offset + 1
         self._fetched_ms[(topic, partition)] = message.timestamp()[1]
         self._idle.received(topic, partition)
@@ -671,8 +675,8 @@ class StreamWorker:
                         and issubclass(spec.record, STATE_CHANGES)
                     ):
                         record, event_ms = _restamp(self._exact(record, spec, message), released), released
-                    elif columns is None and self._buffered >= self._options.hold_decoded:
-                        record = AS_BYTES
+                    elif record is AS_BYTES or (columns is None and self._buffered >= hold_decoded):
+                        record = AS_BYTES  # placed by its head, or dropped to its bytes
                         AS_BYTES_HELD.inc()
         except DecodeError as err:
             record, event_ms, cluster = err, self._last_ms.get((topic, partition), 0), ""
@@ -695,10 +699,13 @@ class StreamWorker:
         self, spec: TopicSpec, message: Message, columns: SampleColumns | None
     ) -> tuple[Input, int, str, str]:
         """The record fetched (AS_BYTES where its head alone was read), its event time, cluster
-        and source. Past ``hold_decoded`` records held, a record is held as its bytes and
-        decoded when released, so its head is all that is read now (:mod:`event_head`)."""
+        and source. Past ``hold_decoded`` records held (``hold_columns`` for a GPU sample batch),
+        a record is held as its bytes and decoded when released, so its head is all that is read
+        now (:mod:`event_head`)."""
         value = message.value() or b""
-        if columns is None and self._buffered >= self._options.hold_decoded and self._shard is None:
+        options = self._options
+        limit = options.hold_columns if spec is GPU_SAMPLES else options.hold_decoded
+        if columns is None and self._buffered >= limit and self._shard is None:
             head = None if spec.record is Watermark else self._heads.read(spec, value)
             # Only a live source's: the record may yet be refused, and must not have made its
             # source known, revived it or kept its cluster from ending (a final watermark sent).
