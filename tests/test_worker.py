@@ -317,18 +317,20 @@ def test_a_sharded_worker_dead_letters_a_record_whose_key_names_another_cluster(
     assert f"liar-{unique}" in letters[0].detail
 
 
+@pytest.mark.parametrize("hold", [(), ("--hold-columns", "0")], ids=["columns", "batches-held-as-bytes"])
 def test_genai_replay_through_the_worker_gives_the_csv_idle_alerts(
-    platform, codec, config_file, unique, processes, tmp_path
+    platform, codec, config_file, unique, processes, tmp_path, hold: tuple[str, ...]
 ):
     """The head of the duty-cycle trace (222 alerts of 40 pods); test_alerting checks the
-    whole trace's alerts through the operator."""
+    whole trace's alerts through the operator. ``--hold-columns 0``: every sample batch held
+    for event-time order waits as its bytes and is read by column when released."""
     cluster = f"idle-{unique}"
     samples = head_of(SAMPLES, 12_000, tmp_path / "duty.csv")
     expected = idle_alerts_from_csv(5.0, 600.0, samples)
     stale = stale_alerts_from_csv(300.0, samples)  # the worker's default --stale-after
     command = gpulens(
         config_file, "worker", "--processors", "alerts", "--group", f"a-{unique}", "--idle-ms", "3000",
-        "--source-timeout", "1",
+        "--source-timeout", "1", *hold,
     )  # fmt: skip
     processes.append(spawn(command, config_file.parent / f"worker-a-{unique}.log"))
     replaying = gpulens(config_file, "replay", "genai-duty", "--samples", str(samples))
