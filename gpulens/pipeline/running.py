@@ -777,8 +777,8 @@ class StreamWorker:
             for i in range(min(len(items), RUN_MOST))
             if items[i].record is AS_BYTES and items[i].topic == GPU_SAMPLES.name
         ]
-        values = [items[i].value or b"" for i in at]
-        columns = self._columns.decode(values) if self._columns is not None else [None] * len(at)
+        assert self._columns is not None  # a batch is held as bytes only where the worker reads samples
+        columns = self._columns.decode([items[i].value or b"" for i in at])
         by_column = 0
         for i, read in zip(at, columns, strict=True):
             item = items[i]
