@@ -140,7 +140,7 @@ class PipelineSettings(BaseModel):
         default=50_000,
         ge=0,
         description="Records held past which GPU sample batches too are held as their wire bytes "
-        "(about 1.7 KB a batch of 8 GPUs, against 2.6 KB read by column), placed by their heads "
+        "(about 1.6 KB a batch of 8 GPUs, against 2.6 KB read by column), placed by their heads "
         "and read by column when released; 0: every one. At the start of 100,000 GPUs the worker "
         "held up to 200,000 records, its peak RSS 656-684 MB against 804-822; a worker keeping up "
         "holds fewer, and placing a batch by its head costs it about 2.5 us more.",
