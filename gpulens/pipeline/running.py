@@ -699,12 +699,14 @@ class StreamWorker:
         self, spec: TopicSpec, message: Message, columns: SampleColumns | None
     ) -> tuple[Input, int, str, str]:
         """The record fetched (AS_BYTES where its head alone was read), its event time, cluster
-        and source. Past ``hold_decoded`` records held (``hold_columns`` for a GPU sample batch),
-        a record is held as its bytes and decoded when released, so its head is all that is read
-        now (:mod:`event_head`)."""
+        and source. Past ``hold_decoded`` records held (for a GPU sample batch, the lower of it
+        and ``hold_columns``), a record is held as its bytes and decoded when released, so its
+        head is all that is read now (:mod:`event_head`)."""
         value = message.value() or b""
-        options = self._options
-        limit = options.hold_columns if spec is GPU_SAMPLES else options.hold_decoded
+        limit = self._options.hold_decoded
+        if spec is GPU_SAMPLES:  # a batch not read by column (past hold_columns, or a fetch of
+            # too few) is placed by its head, not decoded in full and then dropped to its bytes
+            limit = min(limit, self._options.hold_columns)
         if columns is None and self._buffered >= limit and self._shard is None:
             head = None if spec.record is Watermark else self._heads.read(spec, value)
             # Only a live source's: the record may yet be refused, and must not have made its
@@ -772,16 +774,15 @@ class StreamWorker:
         Held as columns, a batch of 8 GPUs took about 2.6 KB of the worker against about 1.6 KB
         as its bytes, and a worker digesting the start of 100,000 GPUs held up to 190,000
         records, most of them sample batches."""
-        at = [
-            i
-            for i in range(min(len(items), RUN_MOST))
-            if items[i].record is AS_BYTES and items[i].topic == GPU_SAMPLES.name
+        held = [
+            (i, item)
+            for i, item in enumerate(islice(items, RUN_MOST))
+            if item.record is AS_BYTES and item.topic == GPU_SAMPLES.name
         ]
         assert self._columns is not None  # a batch is held as bytes only where the worker reads samples
-        columns = self._columns.decode([items[i].value or b"" for i in at])
+        columns = self._columns.decode([item.value or b"" for _, item in held])
         by_column = 0
-        for i, read in zip(at, columns, strict=True):
-            item = items[i]
+        for (i, item), read in zip(held, columns, strict=True):
             by_column += read is not None
             record = read if read is not None else self._held(item)
             # built, not dataclasses.replace, which costs twice as much (a start holds 190,000)
