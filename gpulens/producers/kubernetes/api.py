@@ -106,7 +106,8 @@ class KubeApi:
         with self._lock:
             responses = list(self._open)
         for response in responses:
-            with suppress(ValueError, RuntimeError):  # already released or closed: nothing to unblock
+            # already released or closed (its socket too, as it ended meanwhile: EBADF): nothing to unblock
+            with suppress(ValueError, RuntimeError, OSError):
                 response.shutdown()
 
     def _track(self, response: urllib3.BaseHTTPResponse, *, add: bool) -> None:
