@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from test_compiled_reader import MODELS, RandomRecords, exact, write
 
 from gpulens.schemas.model.avro_schema import committed
-from gpulens.schemas.model.models import Record
+from gpulens.schemas.model.models import ChangeType, DeviceChange, DeviceKind, Record
 from gpulens.schemas.model.topics import PODS
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.schemas.wire.compiled_reader import NotCompiled
@@ -56,3 +56,26 @@ def test_a_record_the_writer_cannot_write_gets_the_exact_paths_bytes(codec: Avro
         compile_writer(type(pod))(naive)
     assert codec.encode(PODS, naive) == codec.encode_dict(PODS, naive.model_dump())
     assert codec.decode(PODS, codec.encode(PODS, pod)) == pod
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 127, 128, 8191, 8192])
+def test_lengths_and_counts_on_either_side_of_one_varint_byte_are_written_as_fastavro_writes_them(
+    size: int,
+) -> None:
+    # The writer appends a length or count under 64 as one byte itself, and calls the varint
+    # writer from 64 on: both sides of that edge, and of the next byte's, for strings, lists and maps.
+    names = [f"f{i}" for i in range(size)]
+    record = DeviceChange(
+        event_id="e" * size,
+        cluster="c",
+        event_time=datetime(2026, 11, 30, tzinfo=UTC),
+        source="s",
+        node="n",
+        change=ChangeType.MODIFIED,
+        device_kind=DeviceKind.RDMA,
+        device_id="x" * size,
+        changed=names,
+        before=dict.fromkeys(names, "é" * size),
+        after=dict.fromkeys(names, ""),
+    )
+    assert compile_writer(DeviceChange)(record) == write(DeviceChange, record.model_dump())

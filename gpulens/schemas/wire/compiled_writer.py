@@ -47,6 +47,13 @@ def _long(out: bytearray, n: int) -> None:
     out.append(n)
 
 
+def _varint(n: int) -> bytes:
+    """``n`` as :func:`_long` writes it."""
+    out = bytearray()
+    _long(out, n)
+    return bytes(out)
+
+
 def compile_writer(model: type[Record]) -> Writer:
     """The writer of ``model``'s bodies in its committed schema (:class:`NotCompiled` if none)."""
     source = _Source(_record_fields(json.loads(committed(model))))
@@ -129,14 +136,17 @@ class _Source(GeneratedSource):
             self._value(out, var, members[0], pad + "    ")
         elif origin is list:
             item = self._var()
-            out += [f"{pad}if {var}:", f"{pad}    _long(out, len({var}))", f"{pad}    for {item} in {var}:"]
+            out.append(f"{pad}if {var}:")
+            self._size(out, f"len({var})", pad + "    ")
+            out.append(f"{pad}    for {item} in {var}:")
             self._value(out, item, args[0], pad + "        ")
             out.append(f"{pad}out.append(0)")
         elif origin is dict:
             if args[0] is not str:
                 raise NotCompiled(f"map keys {args[0]}")
             key, item = self._var(), self._var()
-            out += [f"{pad}if {var}:", f"{pad}    _long(out, len({var}))"]
+            out.append(f"{pad}if {var}:")
+            self._size(out, f"len({var})", pad + "    ")
             out.append(f"{pad}    for {key}, {item} in {var}.items():")
             self._value(out, key, str, pad + "        ")
             self._value(out, item, args[1], pad + "        ")
@@ -144,7 +154,8 @@ class _Source(GeneratedSource):
         elif annotation in (str, bytes):
             raw = self._var()
             out.append(f"{pad}{raw} = {var}.encode()" if annotation is str else f"{pad}{raw} = bytes({var})")
-            out += [f"{pad}_long(out, len({raw}))", f"{pad}out += {raw}"]
+            self._size(out, f"len({raw})", pad)
+            out.append(f"{pad}out += {raw}")
         elif annotation is int:
             out += [f"{pad}if type({var}) is not int:", f"{pad}    raise TypeError('long')"]
             out.append(f"{pad}_long(out, {var})")
@@ -159,8 +170,8 @@ class _Source(GeneratedSource):
             millis = f"({delta}.days * 86400 + {delta}.seconds) * 1000 + {delta}.microseconds // 1000"
             out.append(f"{pad}_long(out, {millis})")
         elif isinstance(annotation, type) and issubclass(annotation, Enum):
-            index = self._constant({member: i for i, member in enumerate(annotation)})
-            out.append(f"{pad}_long(out, {index}[{var}])")
+            encoded = self._constant({member: _varint(i) for i, member in enumerate(annotation)})
+            out.append(f"{pad}out += {encoded}[{var}]")
         elif isinstance(annotation, type) and issubclass(annotation, Record):
             out += [
                 f"{pad}if type({var}) is not {self._constant(annotation)}:",
@@ -169,3 +180,16 @@ class _Source(GeneratedSource):
             out.append(f"{pad}{self.record(annotation)}({var}, out)")
         else:
             raise NotCompiled(f"type {annotation!r}")
+
+    @staticmethod
+    def _size(out: list[str], size: str, pad: str) -> None:
+        """Lines that append ``size`` (a length or count, never negative) as a varint: one byte
+        inline below 64, the common case (the varint call was the writer's hottest line, 5 % of
+        the worker over the start of 100,000 GPUs)."""
+        out += [
+            f"{pad}_n = {size}",
+            f"{pad}if _n < 64:",
+            f"{pad}    out.append(_n << 1)",
+            f"{pad}else:",
+            f"{pad}    _long(out, _n)",
+        ]
