@@ -96,6 +96,9 @@ class SizeResult:
     processes: dict[str, Process] = field(default_factory=dict)
     total_rss_peak_mb: float = 0.0
     """Most RSS held at once by the :data:`SYSTEM` processes together (sampled every second)."""
+    steady_rss_peak_mb: float = 0.0
+    """Most RSS held at once by the :data:`SYSTEM` processes within the steady window: the goal's
+    "through a steady run", the start's burst left out (sampled every second)."""
     total_pss_peak_mb: float = 0.0
     """The same in PSS (sampled every 10 s): the memory they take together, a page shared by
     several of them counted once."""

@@ -37,8 +37,8 @@ start, when the burst of every node joining is over, to the end of publishing):
 * **CPU** (user + system seconds over wall seconds of the steady window, % of one core; this
   machine has 2) and **peak RSS** (VmHWM) of each process from ``/proc``, and the most RSS the
   system under test (broker, registry, ClickHouse holder, worker, sink, exporter, retention)
-  held at once; and **RSS over time**: each process's and the system's every 60 s
-  from the simulator's start to the end of publishing;
+  held at once, over the whole run and within the steady window; and **RSS over time**: each
+  process's and the system's every 60 s from the simulator's start to the end of publishing;
 * the **worker's cycles**: how many it committed over the steady window and its last commit's
   time (its /metrics at both ends), since cycles stretch under load.
 
@@ -491,10 +491,11 @@ def _analyse(
     result.rss_over_time = rss_over_time(sampler.series, begin - options.warmup_s, published_end)
     result.pss_over_time = pss_over_time(sampler.series, begin - options.warmup_s, published_end)
     result.machine_busy_pct, result.others_pct = machine_of(sampler.machine, result.processes, begin, end)
-    result.total_rss_peak_mb = max(
-        (sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024 for _, found in sampler.series),
-        default=0.0,
-    )
+    system_mb = [
+        (t, sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024) for t, found in sampler.series
+    ]
+    result.total_rss_peak_mb = max((mb for _, mb in system_mb), default=0.0)
+    result.steady_rss_peak_mb = max((mb for t, mb in system_mb if begin <= t <= end), default=0.0)
     result.total_pss_peak_mb = max(
         ((system_pss_kb(found) or 0) / 1024 for _, found in sampler.series), default=0.0
     )
@@ -540,6 +541,7 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
         pss = ", ".join(f"{mb:,}" for mb in r.pss_over_time)
         print(f"  system PSS MB every {RSS_STEP_S:g} s: {pss}")
+        print(f"  system RSS MB at most at once in the steady window: {r.steady_rss_peak_mb:,.0f}")
         for topic, records in sorted(r.dropped.items()):
             print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():

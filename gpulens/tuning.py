@@ -59,9 +59,12 @@ TRIM_FROM_BYTES = 32 << 20
 1.3 GB heap): at most 1.5 % of a core, every :data:`TRIM_EVERY_S`."""
 
 
-PAGE_OUT_EVERY_S = 600.0
-"""Often enough to give back what a rare task (a migration, a merge) read in; rarely enough that
-reading the working set in again (tens of MB, once) costs nothing measurable."""
+PAGE_OUT_EVERY_S = 60.0
+"""Often enough to give back, within a minute, what a burst (a 100,000-GPU cluster's start, a
+migration, a large merge) read in; the working set (70-80 MB) is read in again each time. At
+100,000 GPUs (``bench.e2e_scale``, 240 s, one run each) the holder's library pages were 68-82 MB
+once the start was digested, against 155-160 with every 600 s, at the same CPU and p99 (3.66 s
+against 3.91); 30 s had been tried and dropped after one run whose first minute's p99 was 6.2 s."""
 MADV_PAGEOUT = 21
 """Linux's advice to reclaim the given pages now (``<sys/mman.h>``)."""
 
