@@ -71,6 +71,7 @@ from gpulens.pipeline.compaction import WriterCompaction
 from gpulens.pipeline.event_time import DEFAULT_BOUNDS, UNBOUNDED, EventClocks, EventTimeBounds
 from gpulens.pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from gpulens.pipeline.hanging_transactions import HangingTransactionReaper
+from gpulens.pipeline.held_chunks import HeldChunks, PackedValue
 from gpulens.pipeline.merging import EventTimeMerge, PartitionEnds, Stamped
 from gpulens.pipeline.operators import INPUT_ORDER, Given, Operator, Row, TakesSampleRuns, WritesCompacted
 from gpulens.pipeline.positions import InputPositions
@@ -127,7 +128,9 @@ RUN_MOST = 1_000
 RUN_SPAN_MS = 10_000
 """Longest event-time span of a run: what the windows it closes one by one (no commit between
 them) may cost stays small."""
-Input = Given | DecodeError | _OffsetOnly | _OutOfBounds | _AsBytes
+Input = Given | DecodeError | _OffsetOnly | _OutOfBounds | _AsBytes | PackedValue
+"""What the merge holds: a record, or what stands for it until it is released (a GPU sample
+batch held as its bytes: a :class:`PackedValue`, its bytes compressed with its neighbours')."""
 STATE_CHANGES = (NodeEvent, PodEvent, WorkloadEvent, DeviceInventory, ContainerEvent)
 """Records that change state: never dropped as late (see ``StreamWorker._take``)."""
 
@@ -257,6 +260,7 @@ class StreamWorker:
         self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
         """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
         self._heads = EventHeadReader(codec)
+        self._packed = HeldChunks()
         """Reads what places a record held as bytes (:meth:`_read`)."""
         self._consumer = Consumer(
             kafka.streaming_consumer(
@@ -516,6 +520,7 @@ class StreamWorker:
         messages = self._consumer.consume(self._idle.batch(self._alignment.fetch_size), timeout)
         for message, columns in zip(messages, self._read_samples(messages), strict=True):
             self._take(message, columns)
+        self._packed.seal()
         self._idle.tick()
         if self._asked_ends is None and self._clocks.wants_barrier:
             self._ask_ends()
@@ -533,7 +538,7 @@ class StreamWorker:
             while items:
                 if stop is not None and stop.is_set():
                     return False
-                if items[0].record is AS_BYTES and items[0].topic == GPU_SAMPLES.name:
+                if type(items[0].record) is PackedValue:
                     self._read_held_samples(items)
                 end = self._run_end(items)
                 if end > 1:
@@ -682,7 +687,10 @@ class StreamWorker:
             record, event_ms, cluster = err, self._last_ms.get((topic, partition), 0), ""
         if self._positions.seen(cluster, topic, partition, offset):
             return  # processed before the restart (another cluster held the restart offset back)
-        stamped = Stamped(event_ms, self._rank[topic], partition, offset, topic, record, key, message.value())
+        value = message.value()
+        if record is AS_BYTES and topic == GPU_SAMPLES.name:  # its bytes compressed with its neighbours'
+            record, value = self._packed.hold(topic, partition, value or b""), None
+        stamped = Stamped(event_ms, self._rank[topic], partition, offset, topic, record, key, value)
         if not cluster:
             # An undecodable record, or another shard's: no clock orders it, so it is dead-lettered
             # or passed over now (it waited for every partition's end in a merge of its own: 200,000
@@ -735,7 +743,7 @@ class StreamWorker:
         self.processed += 1
         self._pending += 1
         if record is AS_BYTES:  # placed by its head, or decoded once when fetched: decoded now
-            record = self._held(item)
+            record = self._held(item.topic, item.value or b"")
         if record is OFFSET_ONLY:
             self._positions.processed(cluster, item.topic, item.partition, item.offset)
             return True
@@ -769,32 +777,33 @@ class StreamWorker:
     def _read_held_samples(self, items: deque[Stamped[Input]]) -> None:
         """Decode the GPU sample batches held as bytes among the next :data:`RUN_MOST` records
         released: by column in one call, each one the columns refuse in full (its model, or
-        the DecodeError that dead-letters it), so that none is looked at twice.
+        the DecodeError that dead-letters it), so that none is looked at twice. Each keeps its
+        bytes again, for a dead letter.
 
-        Held as columns, a batch of 8 GPUs took about 2.6 KB of the worker against about 1.6 KB
-        as its bytes, and a worker digesting the start of 100,000 GPUs held up to 190,000
-        records, most of them sample batches."""
+        Held as columns, a batch of 8 GPUs took about 2.6 KB of the worker, against about 1.6 KB
+        as its bytes and 0.9 KB compressed (:mod:`~gpulens.pipeline.held_chunks`); a worker
+        digesting the start of 100,000 GPUs held up to 190,000 records, most of them sample
+        batches."""
         held = [
-            (i, item)
-            for i, item in enumerate(islice(items, RUN_MOST))
-            if item.record is AS_BYTES and item.topic == GPU_SAMPLES.name
+            (i, item) for i, item in enumerate(islice(items, RUN_MOST)) if type(item.record) is PackedValue
         ]
         assert self._columns is not None  # a batch is held as bytes only where the worker reads samples
-        columns = self._columns.decode([item.value or b"" for _, item in held])
+        values = [cast(PackedValue, item.record).value() for _, item in held]
+        columns = self._columns.decode(values)
         by_column = 0
-        for (i, item), read in zip(held, columns, strict=True):
+        for (i, item), value, read in zip(held, values, columns, strict=True):
             by_column += read is not None
-            record = read if read is not None else self._held(item)
+            record = read if read is not None else self._held(item.topic, value)
             # built, not dataclasses.replace, which costs twice as much (a start holds 190,000)
             items[i] = Stamped(item.event_ms, item.rank, item.partition, item.offset, item.topic, record,
-                               item.key, item.value)  # fmt: skip
+                               item.key, value)  # fmt: skip
         BY_COLUMN.inc(by_column)
 
-    def _held(self, item: Stamped[Input]) -> Event | DecodeError:
+    def _held(self, topic: str, value: bytes) -> Event | DecodeError:
         """A record held as its bytes, decoded now: only its head was read, so the rest may be
         refused now (the DecodeError, to dead-letter)."""
         try:
-            return cast(Event, self._codec.decode(self._specs[item.topic], item.value or b""))
+            return cast(Event, self._codec.decode(self._specs[topic], value))
         except DecodeError as err:
             return err
 
