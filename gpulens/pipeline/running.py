@@ -260,8 +260,9 @@ class StreamWorker:
         self._columns = NativeSampleDecoder(codec, GPU_SAMPLES) if GPU_SAMPLES in self._inputs else None
         """Reads the GPU sample batches of a fetch by column (each other record one by one)."""
         self._heads = EventHeadReader(codec)
-        self._packed = HeldChunks()
         """Reads what places a record held as bytes (:meth:`_read`)."""
+        self._packed = HeldChunks()
+        """Where GPU sample batches held as bytes wait, compressed (:meth:`_read_held_samples`)."""
         self._consumer = Consumer(
             kafka.streaming_consumer(
                 **{
