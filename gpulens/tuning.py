@@ -60,11 +60,15 @@ TRIM_FROM_BYTES = 32 << 20
 
 
 PAGE_OUT_EVERY_S = 60.0
-"""Often enough to give back, within a minute, what a burst (a 100,000-GPU cluster's start, a
-migration, a large merge) read in; the working set (70-80 MB) is read in again each time. At
-100,000 GPUs (``bench.e2e_scale``, 240 s, one run each) the holder's library pages were 68-82 MB
-once the start was digested, against 155-160 with every 600 s, at the same CPU and p99 (3.66 s
-against 3.91); 30 s had been tried and dropped after one run whose first minute's p99 was 6.2 s."""
+"""How often the library's resident pages are looked at (:class:`PageOutPolicy` says whether to
+hand them back): a burst (a 100,000-GPU cluster's start, a migration, a large merge) reads in
+pages steady work never touches again. At 100,000 GPUs (``bench.e2e_scale``, 240 s) the holder's
+library pages were 68-120 MB once the start was digested with a hand-back every 60 s, against
+155-160 with one every 600 s; but each hand-back also made it read its working set in again
+(up to 120 MB, from disk), one such run's second minute had a p99 of 5.4 s, and 30 s had given a
+6.2-s minute once."""
+PAGE_OUT_SLACK_KB = 32 << 10
+"""Growth of the library's resident pages past its working set that is worth a hand-back."""
 MADV_PAGEOUT = 21
 """Linux's advice to reclaim the given pages now (``<sys/mman.h>``)."""
 
@@ -170,7 +174,49 @@ def page_out(libc: Any, library: Path) -> bool:
     return bool(ranges)
 
 
+class PageOutPolicy:
+    """Whether a look at a library's resident pages should hand them back: only when they grew
+    past its working set by ``slack_kb``. The working set is what is resident at the first look
+    after a hand-back (what the process read in again since); that look hands nothing back. So a
+    burst's pages go back within two looks, and a process whose pages stay put never reads its
+    working set in again for nothing."""
+
+    def __init__(self, slack_kb: int = PAGE_OUT_SLACK_KB) -> None:
+        self._slack_kb = slack_kb
+        self._working_kb: int | None = None
+        """Resident at the first look after the last hand-back (None: that look is next)."""
+
+    def due(self, resident_kb: int) -> bool:
+        """Hand back now, ``resident_kb`` of the library being resident."""
+        if self._working_kb is None:
+            self._working_kb = resident_kb
+            return False
+        if resident_kb <= self._working_kb + self._slack_kb:
+            return False
+        self._working_kb = None
+        return True
+
+
+def resident_kb(library: Path) -> int:
+    """KB of ``library``'s pages resident in this process (its mappings' Rss, /proc/self/smaps)."""
+    path, kb, inside = str(library.resolve()), 0, False
+    with Path("/proc/self/smaps").open() as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header
+                inside = len(fields) == 6 and fields[5] == path
+            elif inside and fields[0] == "Rss:":
+                kb += int(fields[1])
+    return kb
+
+
 def _page_out_forever(libc: Any, library: Path, every_s: float) -> None:
+    policy = PageOutPolicy()
     while True:  # a daemon thread: it ends with its process
         time.sleep(every_s)
-        page_out(libc, library)
+        try:
+            due = policy.due(resident_kb(library))
+        except OSError:  # /proc unreadable: hand back as before
+            due = True
+        if due:
+            page_out(libc, library)

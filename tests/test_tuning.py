@@ -20,7 +20,7 @@ from gpulens.config import GPULensSettings
 from gpulens.infra.clickhouse.engine import LIBRARY
 from gpulens.infra.python_allocator import allocator_env, jemalloc_library
 from gpulens.main_job import EXPORTER, SINK, WORKER, pipeline_specs
-from gpulens.tuning import _glibc
+from gpulens.tuning import PageOutPolicy, _glibc
 
 # What the processes below share: their RSS in MB, and a heap filled with ~400 MB of 1-2 KB
 # objects of which nine in ten are freed (the tenth keeps every stretch of the heap in use, as a
@@ -149,16 +149,9 @@ CHDB_PAGES = """
 import sys
 import chdb
 from gpulens.infra.clickhouse.engine import LIBRARY
-from gpulens.tuning import hand_back_library_pages
+from gpulens.tuning import hand_back_library_pages, resident_kb
 def resident():
-    kb, inside = 0, False
-    for line in open('/proc/self/smaps'):
-        fields = line.split()
-        if '-' in fields[0] and len(fields) >= 5 and ':' in fields[3]:  # a mapping's header
-            inside = len(fields) == 6 and fields[5] == str(LIBRARY.resolve())
-        elif inside and fields[0] == 'Rss:':
-            kb += int(fields[1])
-    return kb // 1024
+    return resident_kb(LIBRARY) // 1024
 print(LIBRARY)
 print(resident())
 if sys.argv[1] == 'hand-back':
@@ -281,3 +274,11 @@ def test_a_library_the_user_preloads_stands(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("LD_PRELOAD", "libtheirs.so")
     settings = GPULensSettings()
     assert all("LD_PRELOAD" not in spec.env for spec in pipeline_specs(settings, None).values())
+
+
+def test_library_pages_go_back_only_once_they_grew_past_the_working_set() -> None:
+    # Looks a minute apart, in KB resident: the first look after a hand-back learns the working
+    # set (what came back) and hands nothing back; then only growth past it by the slack does.
+    policy = PageOutPolicy(slack_kb=100)
+    looks = [(40, False), (400, True), (120, False), (150, False), (220, False), (221, True), (90, False)]
+    assert [(kb, policy.due(kb)) for kb, _ in looks] == looks
