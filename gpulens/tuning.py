@@ -21,8 +21,10 @@ worker and 66 MB in the sink that one more trim handed back (0.01-0.04 s each).
 A large native library can be the same: importing chDB reads 240 MB of its 529 MB library into
 the process, of which inserts and queries then use about 60 MB. :func:`hand_back_library_pages`
 asks the kernel to reclaim a library's resident pages (``madvise(MADV_PAGEOUT)``, Linux 5.4 and
-later) now and every :data:`PAGE_OUT_EVERY_S`; those in use come back at their next touch. It
-reclaims only pages no other process maps: the holder is the one process that loads chDB.
+later) now, and again whenever they grew past the working set that came back
+(:class:`PageOutPolicy`, looked at every :data:`PAGE_OUT_EVERY_S`); those in use come back at
+their next touch. It reclaims only pages no other process maps: the holder is the one process
+that loads chDB.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def _trim_forever(libc: Any, every_s: float, from_bytes: int) -> None:
 
 def hand_back_library_pages(library: Path, every_s: float = PAGE_OUT_EVERY_S) -> bool:
     """Reclaim the resident pages of the shared library ``library`` now, and start a thread that
-    does it again every ``every_s`` (module docstring); False, with nothing started, where the
+    looks at them every ``every_s`` and reclaims them again when :class:`PageOutPolicy` says so
+    (module docstring); False, with nothing started, where the
     kernel or the C library cannot (not Linux, a kernel before 5.4, ``library`` not mapped)."""
     name = ctypes.util.find_library("c")
     try:
