@@ -60,6 +60,21 @@ retention_policy(gpulens.config.load_settings(None))
     assert "confluent_kafka.schema_registry" not in loaded_after(run)
 
 
+def test_a_codec_at_work_loads_no_schema_registry_client_library(platform) -> None:
+    """The worker, the sink and the exporter register and look up schemas through the
+    pipeline's own client: confluent-kafka's would bring 287 modules more (its OAuth, JWT and
+    asyncio machinery), about 15 MB in each of them."""
+    run = f"""
+from gpulens.schemas.model.topics import PODS
+from gpulens.schemas.wire.codec import AvroCodec, registry_client
+from gpulens.testing.examples import example_events
+codec = AvroCodec(registry_client({platform.registry.url!r}))
+event = example_events()[PODS]
+assert AvroCodec(registry_client({platform.registry.url!r})).decode(PODS, codec.encode(PODS, event)) == event
+"""
+    assert "confluent_kafka.schema_registry" not in loaded_after(run)
+
+
 def test_a_sink_that_stored_rows_holds_neither_pandas_nor_arrow(
     platform, codec, config_file, unique, spawned
 ) -> None:

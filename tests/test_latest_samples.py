@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import REGISTRY
 from test_exporter import sample_batch
 from test_worker import committed_values
@@ -26,7 +27,6 @@ from gpulens.pipeline.operators import LatestSamplesOperator
 from gpulens.pipeline.running import StreamWorker, WorkerOptions
 from gpulens.schemas.model.models import GpuSampleBatch, Watermark
 from gpulens.schemas.model.topics import DLQ, GPU_SAMPLES, STATE_GPU_SAMPLES, WATERMARKS, record_key
-from gpulens.schemas.wire.codec import registry_client
 
 EVERY_S = 10
 BY_COLUMN = "gpulens_worker_sample_batches_by_column_total"
@@ -168,7 +168,11 @@ def test_batches_read_by_column_go_out_as_published_under_the_state_topics_schem
     else:  # all but the first, which made the source heard
         assert held >= len(batches) - 1, f"{held:.0f} batches held as bytes"
 
-    state_id = registry_client(platform.registry.url).get_latest_version(STATE_GPU_SAMPLES.subject).schema_id
+    state_id = (
+        SchemaRegistryClient({"url": platform.registry.url})
+        .get_latest_version(STATE_GPU_SAMPLES.subject)
+        .schema_id
+    )
     got = read_cluster(platform, codec, cluster, len(nodes) * len(due(list(seconds), EVERY_S)))
     assert sorted((b.node, b.event_time) for b, _ in got) == sorted(
         (n, T0 + timedelta(seconds=s)) for n in nodes for s in due(list(seconds), EVERY_S)

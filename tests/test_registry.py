@@ -97,7 +97,7 @@ def test_ids_survive_a_registry_restart(platform, services, config_file, unique)
     services.start(service_specs(platform, config_file)[REGISTRY], timeout=60)
 
     fresh = registry_client(platform.registry.url)
-    assert _schema(fresh.get_schema(schema_id).schema_str) == _schema(text)
+    assert _schema(fresh.schema_text(schema_id)) == _schema(text)
     assert register(fresh, f"restart-{unique}", text) == schema_id
     other = json.dumps({"type": "record", "name": f"S{unique}", "fields": [{"name": "b", "type": "long"}]})
     assert register(fresh, f"restart2-{unique}", other) > schema_id
@@ -162,7 +162,12 @@ def test_subject_level_none_allows_any_change(platform, codec, unique) -> None:
     client = SchemaRegistryClient({"url": platform.registry.url})
     client.set_compatibility(topic.subject, "NONE")
     assert client.get_compatibility(topic.subject) == "NONE"
-    assert register(client, topic.subject, _v2_with({"name": "extra", "type": "long"})) > 0
+    assert (
+        register(
+            registry_client(platform.registry.url), topic.subject, _v2_with({"name": "extra", "type": "long"})
+        )
+        > 0
+    )
 
 
 def test_unknown_ids_and_subjects_are_404_with_confluent_codes(platform) -> None:
@@ -191,10 +196,10 @@ def test_invalid_schema_is_422(platform) -> None:
 def test_deleted_subject_is_gone_but_its_ids_still_resolve(platform, unique) -> None:
     client = SchemaRegistryClient({"url": platform.registry.url})
     text = json.dumps({"type": "record", "name": f"D{unique}", "fields": [{"name": "a", "type": "long"}]})
-    schema_id = register(client, f"doomed-{unique}", text)
+    schema_id = register(registry_client(platform.registry.url), f"doomed-{unique}", text)
     assert client.delete_subject(f"doomed-{unique}") == [1]
     assert f"doomed-{unique}" not in client.get_subjects()
-    assert _schema(registry_client(platform.registry.url).get_schema(schema_id).schema_str) == _schema(text)
+    assert _schema(registry_client(platform.registry.url).schema_text(schema_id)) == _schema(text)
 
 
 def test_topic_spec_subject_uses_topic_name_strategy() -> None:

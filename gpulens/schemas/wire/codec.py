@@ -16,8 +16,6 @@ from functools import lru_cache
 from typing import Any, TypeVar, overload
 
 import fastavro
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from pydantic import ValidationError
 
 from gpulens.schemas.model.avro_schema import committed
@@ -31,6 +29,7 @@ from gpulens.schemas.model.models import Record
 from gpulens.schemas.model.topics import TopicSpec
 from gpulens.schemas.wire.compiled_reader import NotCompiled, Reader, compile_reader
 from gpulens.schemas.wire.compiled_writer import Writer, compile_writer
+from gpulens.schemas.wire.registry_client import RegistryClient, RegistryHTTPError
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -65,15 +64,15 @@ def confluent_header(schema_id: int) -> bytes:
     return _HEADER.pack(MAGIC, schema_id)
 
 
-def registry_client(url: str) -> SchemaRegistryClient:
+def registry_client(url: str) -> RegistryClient:
     """A schema-registry client for ``url`` (the embedded registry or any Confluent-compatible one)."""
-    return SchemaRegistryClient({"url": url})
+    return RegistryClient(url)
 
 
 class AvroCodec:
     """Encodes records of the catalog's topics and decodes them back, through one registry."""
 
-    def __init__(self, registry: SchemaRegistryClient) -> None:
+    def __init__(self, registry: RegistryClient) -> None:
         self._registry = registry
         self._ids: dict[str, int] = {}
         self._writers: dict[int, Any] = {}
@@ -199,8 +198,8 @@ class AvroCodec:
         writer = self._writers.get(schema_id)
         if writer is None:
             try:
-                text = self._registry.get_schema(schema_id).schema_str
-            except SchemaRegistryError as err:
+                text = self._registry.schema_text(schema_id)
+            except RegistryHTTPError as err:
                 if err.http_status_code == 404:
                     raise DecodeError(
                         DecodeFailure.UNKNOWN_SCHEMA_ID, f"the registry has no schema {schema_id}"
@@ -228,11 +227,11 @@ def invalid_detail(model: type[Record], err: ValidationError) -> str:
     return f"{model.__name__}.{where}: {first['msg']} (value: {shown})"
 
 
-def register(registry: SchemaRegistryClient, subject: str, schema_text: str) -> int:
+def register(registry: RegistryClient, subject: str, schema_text: str) -> int:
     """Register ``schema_text`` under ``subject``; the id (same text, same id)."""
     try:
-        return registry.register_schema(subject, Schema(schema_text, "AVRO"))
-    except SchemaRegistryError as err:
+        return registry.register(subject, schema_text)
+    except RegistryHTTPError as err:
         if err.http_status_code == 409:
             raise IncompatibleSchemaError(f"{subject}: {err.error_message}") from err
         raise RegistryError(f"registering {subject}: {err}") from err
