@@ -96,8 +96,11 @@ class RegistrySettings(BaseModel):
 
     url: str = Field(
         default="http://127.0.0.1:18081",
-        pattern=r"^(https?|mock)://",
-        description="Registry URL; the embedded registry serves on this address.",
+        pattern=r"^https?://",
+        description=(
+            "Registry URL, http(s)://host:port (several comma-separated, tried in order; "
+            "user:password@host for basic authentication); the embedded registry serves on it."
+        ),
     )
     store_topic: str = Field(
         default="_schemas", description="Compacted topic the embedded registry keeps its store in."
