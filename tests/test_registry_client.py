@@ -14,13 +14,10 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from gpulens.platform import free_port
-from gpulens.schemas.model.avro_schema import committed
 from gpulens.schemas.model.exceptions import DecodeError, DecodeFailure, RegistryError
-from gpulens.schemas.model.models import PodEvent
 from gpulens.schemas.model.topics import PODS
 from gpulens.schemas.wire.codec import AvroCodec
 from gpulens.schemas.wire.registry_client import RegistryClient, RegistryHTTPError
-from gpulens.testing.examples import example_events
 
 
 def _record_schema(name: str) -> str:
@@ -54,19 +51,6 @@ def test_an_unknown_id_is_the_error_confluents_client_reports(platform) -> None:
         theirs.value.error_code,
     )
     assert ours.value.error_message == theirs.value.error_message
-
-
-def test_a_codec_on_it_reads_what_confluents_serializer_wrote(platform, unique) -> None:
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    theirs = SchemaRegistryClient({"url": platform.registry.url})
-    event = example_events()[PODS]
-    serializer = AvroSerializer(theirs, committed(PodEvent), conf={"auto.register.schemas": True})
-    wire = serializer(event.model_dump(), SerializationContext(PODS.name, MessageField.VALUE))
-    codec = AvroCodec(RegistryClient(platform.registry.url))
-    assert codec.decode(PODS, wire) == event
-    assert codec.encode(PODS, event) == wire
 
 
 class _Registry(BaseHTTPRequestHandler):
