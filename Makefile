@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed
 .PHONY: install bytecode demo smoke test lint lock bench down clean
 
 JEMALLOC := .tools/lib/libjemalloc.so.2
+SAVE_PACING := .tools/lib/libnoida_save_pacing.so
 
-install: $(STAMP) $(JEMALLOC)
+install: $(STAMP) $(JEMALLOC) $(SAVE_PACING)
 
 # uv installs the lock file in seconds; it is bootstrapped with pip from PyPI. Bytecode is
 # compiled here, as pip does and uv does not by default: where PYTHONDONTWRITEBYTECODE is set
@@ -27,6 +28,12 @@ $(STAMP): requirements.lock pyproject.toml
 # processes run on CPython's allocator) and tries again next time.
 $(JEMALLOC):
 	./deploy/jemalloc/install_jemalloc.sh >/dev/null || echo "jemalloc could not be unpacked into .tools/lib (apt-get download libjemalloc2 failed): the pipeline runs on CPython's allocator"
+
+# The library that paces the embedded broker's saves (gpulens/infra/broker.py), compiled from
+# its C source. Where no C compiler is found install goes on (the broker saves at its own pace,
+# a third of a core at 100,000 GPUs) and tries again next time.
+$(SAVE_PACING): deploy/noida/save_pacing.c
+	./deploy/noida/build_save_pacing.sh >/dev/null || echo "the broker's save pacing could not be built into .tools/lib (no C compiler?): noida-db saves at its own pace"
 
 # Our own package's bytecode, brought up to date before each run (only changed files compile).
 bytecode: install

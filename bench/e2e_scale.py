@@ -42,8 +42,9 @@ start, when the burst of every node joining is over, to the end of publishing):
 * the **worker's cycles**: how many it committed over the steady window and its last commit's
   time (its /metrics at both ends), since cycles stretch under load.
 
-A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), rows are missing at the
-end, the retention job dropped records a group had not consumed (its cap,
+A size fails when a lag grows, p99 exceeds ``--p99-limit`` (5 s), the system under test held
+more than ``--rss-limit`` (1,500 MB, issue 15's bound) at once within the steady window, rows
+are missing at the end, the retention job dropped records a group had not consumed (its cap,
 ``retention.max_records_per_partition``: counted from its /metrics), or the simulator cannot
 publish an interval's batches within the interval (it shares the 2 cores; real agents run on
 the GPU nodes). ``--find-max`` steps the fleet up by ``--step``
@@ -137,6 +138,8 @@ class Options:
     exporter: bool = True
     broker: str = "noida"
     p99_limit_s: float = 5.0
+    rss_limit_mb: float = 1_500.0
+    """The most RSS the system under test may hold at once within the steady window (0: no bound)."""
     profile: tuple[str, ...] = ()
     profile_rate: int = 25
     keep: bool = False
@@ -509,6 +512,8 @@ def _analyse(
             result.failures.append(f"{name} lag grows")
     if not result.p99_s <= options.p99_limit_s:
         result.failures.append(f"p99 > {options.p99_limit_s:g} s")
+    if options.rss_limit_mb and result.steady_rss_peak_mb > options.rss_limit_mb:
+        result.failures.append(f"RSS {result.steady_rss_peak_mb:,.0f} MB > {options.rss_limit_mb:,.0f} MB")
     if result.rows_visible < result.published_samples:
         result.failures.append(f"{result.published_samples - result.rows_visible:,} rows missing")
     if result.dropped:
@@ -566,6 +571,7 @@ def _options(args: argparse.Namespace) -> Options:
         exporter=args.exporter,
         broker=args.broker,
         p99_limit_s=args.p99_limit,
+        rss_limit_mb=args.rss_limit,
         profile=tuple(p for p in args.profile.split(",") if p),
         profile_rate=args.profile_rate,
         keep=args.keep,
@@ -613,6 +619,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--broker", choices=("noida", "tansu"), default="noida")
     parser.add_argument("--p99-limit", type=float, default=5.0, help="A size fails above this p99, seconds.")
+    parser.add_argument(
+        "--rss-limit",
+        type=float,
+        default=1_500.0,
+        help="A size fails when the system held more RSS at once in the steady window, MB (0: no bound).",
+    )
     parser.add_argument("--find-max", action="store_true", help="Step the fleet up until a size fails.")
     parser.add_argument("--start-gpus", type=int, default=2000, help="--find-max: first size.")
     parser.add_argument("--step", type=float, default=1.5, help="--find-max: factor between sizes.")

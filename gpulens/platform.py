@@ -14,7 +14,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
-from gpulens.infra.broker import NOIDA_MALLOC_ENV, NOIDA_THREAD_NICE, noida_argv, tansu_argv
+from gpulens.infra.broker import (
+    NOIDA_OWN_SAVE_INTERVAL_S,
+    NOIDA_THREAD_NICE,
+    SAVE_PACING_LIBRARY,
+    noida_argv,
+    noida_env,
+    tansu_argv,
+)
 from gpulens.infra.clickhouse.allocator import engine_env
 from gpulens.infra.launching import ServiceManager, ServiceSpec, Status
 from gpulens.infra.log_writing import LogRotation
@@ -70,7 +77,7 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             host,
             port,
             hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port",
-            env=dict(NOIDA_MALLOC_ENV) if noida else {},
+            env=_noida_env(platform.broker_save_interval_s) if noida else {},
             log_rotation=LOG_ROTATION,
             thread_nice=NOIDA_THREAD_NICE if noida else {},
         )
@@ -98,6 +105,19 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             log_rotation=LOG_ROTATION,
         )
     return specs
+
+
+def _noida_env(save_interval_s: float) -> dict[str, str]:
+    env = noida_env(save_interval_s, os.environ)
+    if save_interval_s != NOIDA_OWN_SAVE_INTERVAL_S and "NOIDA_SAVE_INTERVAL_MS" not in env:
+        log.warning(
+            "%s is not built (run `make install`; it needs a C compiler): the broker saves at its own "
+            "pace, every %g s, not every %g s (platform.broker_save_interval_s)",
+            SAVE_PACING_LIBRARY,
+            NOIDA_OWN_SAVE_INTERVAL_S,
+            save_interval_s,
+        )
+    return env
 
 
 def manager(settings: GPULensSettings) -> ServiceManager:
