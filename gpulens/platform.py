@@ -15,7 +15,6 @@ from urllib.parse import urlparse
 
 from gpulens.config import GPULensSettings, load_settings
 from gpulens.infra.broker import (
-    NOIDA_OWN_SAVE_INTERVAL_S,
     NOIDA_THREAD_NICE,
     SAVE_PACING_LIBRARY,
     noida_argv,
@@ -77,7 +76,7 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
             host,
             port,
             hint="set GPULENS_KAFKA__BOOTSTRAP_SERVERS to another host:port",
-            env=_noida_env(platform.broker_save_interval_s) if noida else {},
+            env=_noida_env(platform.broker_save_share, platform.broker_save_pause_max_s) if noida else {},
             log_rotation=LOG_ROTATION,
             thread_nice=NOIDA_THREAD_NICE if noida else {},
         )
@@ -107,15 +106,13 @@ def service_specs(settings: GPULensSettings, config_file: Path | None = None) ->
     return specs
 
 
-def _noida_env(save_interval_s: float) -> dict[str, str]:
-    env = noida_env(save_interval_s, os.environ)
-    if save_interval_s != NOIDA_OWN_SAVE_INTERVAL_S and "NOIDA_SAVE_INTERVAL_MS" not in env:
+def _noida_env(save_share: float, pause_max_s: float) -> dict[str, str]:
+    env = noida_env(save_share, pause_max_s, os.environ)
+    if save_share < 1 and "NOIDA_SAVE_SHARE" not in env:
         log.warning(
             "%s is not built (run `make install`; it needs a C compiler): the broker saves at its own "
-            "pace, every %g s, not every %g s (platform.broker_save_interval_s)",
+            "pace, a second apart however much it holds (platform.broker_save_share)",
             SAVE_PACING_LIBRARY,
-            NOIDA_OWN_SAVE_INTERVAL_S,
-            save_interval_s,
         )
     return env
 

@@ -1,5 +1,5 @@
-"""The embedded broker's saves come ``platform.broker_save_interval_s`` apart, and a clean stop
-still saves everything.
+"""The embedded broker pauses between two saves for what the last one cost
+(``platform.broker_save_share``), and a clean stop still saves everything.
 
 noida-db rewrites all it holds at every save, one save after another while data changes (a
 second apart): at 100,000 GPUs that was a third of a core. ``make install`` builds a library
@@ -30,10 +30,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 TOPIC = "paced"
+PAUSE_MAX_S = 30.0
 
 
 @contextmanager
-def _broker(tmp_path: Path, save_interval_s: float) -> Iterator[tuple[ServiceManager, ServiceSpec, str]]:
+def _broker(tmp_path: Path, save_share: float) -> Iterator[tuple[ServiceManager, ServiceSpec, str]]:
     port = free_port()
     services = ServiceManager(tmp_path / "state")
     spec = ServiceSpec(
@@ -41,7 +42,7 @@ def _broker(tmp_path: Path, save_interval_s: float) -> Iterator[tuple[ServiceMan
         noida_argv("127.0.0.1", port, tmp_path / "kafka"),
         "127.0.0.1",
         port,
-        env=noida_env(save_interval_s, os.environ),
+        env=noida_env(save_share, PAUSE_MAX_S, os.environ),
     )
     services.start(spec)
     try:
@@ -50,72 +51,106 @@ def _broker(tmp_path: Path, save_interval_s: float) -> Iterator[tuple[ServiceMan
         services.stop("kafka")
 
 
-def _save_times(snapshot: Path, servers: str, seconds: float) -> list[float]:
-    """When the state file was replaced while records were produced for ``seconds``."""
+def _saving_thread_cpu_s(pid: int) -> float:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if (task / "comm").read_text().strip() == "autosave":
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    raise AssertionError("noida-db has no saving thread")
+
+
+def _saves(
+    services: ServiceManager, tmp_path: Path, servers: str, seconds: float
+) -> list[tuple[float, float]]:
+    """(wall time, the saving thread's CPU seconds) at each save while records were produced
+    for ``seconds``."""
+    pid = services.status("kafka").pid
+    assert pid is not None
+    snapshot = tmp_path / "kafka" / "kafka.json"
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 5})
-    times: list[float] = []
-    last = None
+    saves: list[tuple[float, float]] = []
+    last = snapshot.stat().st_ino if snapshot.exists() else None
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        for _ in range(50):
+        for _ in range(20):
             producer.produce(TOPIC, os.urandom(200))
         producer.poll(0)
         inode = snapshot.stat().st_ino if snapshot.exists() else None
-        if inode != last and inode is not None:
-            times.append(time.monotonic())
+        if inode != last:
+            saves.append((time.monotonic(), _saving_thread_cpu_s(pid)))
         last = inode
-        time.sleep(0.02)
+        time.sleep(0.01)
     assert producer.flush(10) == 0
-    return times
+    return saves
 
 
-def _gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in itertools.pairwise(times)]
+def _fill(servers: str, megabytes: int) -> None:
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    for _ in range(megabytes * 2_500):
+        producer.produce(TOPIC, os.urandom(400))
+        producer.poll(0)
+    assert producer.flush(30) == 0
 
 
-def test_paced_saves_come_the_interval_apart(tmp_path: Path) -> None:
-    with _broker(tmp_path, save_interval_s=2.5) as (_, _, servers):
-        saves = _save_times(tmp_path / "kafka" / "kafka.json", servers, seconds=9)
-    gaps = _gaps(saves)
-    assert len(gaps) >= 2, f"saves at {saves}"
-    assert min(gaps) >= 2.3, f"saves {gaps} s apart, paced at 2.5 s"
+def test_a_broker_holding_little_keeps_its_one_second_pace(tmp_path: Path) -> None:
+    """Its saves take milliseconds: a topic just created is saved as soon as before pacing."""
+    with _broker(tmp_path, save_share=0.05) as (services, spec, servers):
+        assert "NOIDA_SAVE_SHARE" in spec.env
+        saves = _saves(services, tmp_path, servers, seconds=5)
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(saves)]
+    assert len(gaps) >= 2 and max(gaps) < 2.0, f"saves {gaps} s apart"
 
 
-def test_unpaced_saves_come_a_second_apart(tmp_path: Path) -> None:
-    """noida-db's own pace, which the library stretches: the test above could not pass by chance."""
-    with _broker(tmp_path, save_interval_s=1.0) as (_, spec, servers):
-        assert "LD_PRELOAD" not in spec.env
-        saves = _save_times(tmp_path / "kafka" / "kafka.json", servers, seconds=5)
-    assert min(_gaps(saves)) < 2.0, f"saves at {saves}"
+def test_a_broker_holding_much_pauses_for_its_saves_cost(tmp_path: Path) -> None:
+    """Paced at a share of 0.2, the pause after a save lasts four times the CPU it took."""
+    share = 0.2
+    with _broker(tmp_path, save_share=share) as (services, _, servers):
+        _fill(servers, megabytes=30)  # a save then takes about a CPU-second here
+        saves = _saves(services, tmp_path, servers, seconds=18)
+    assert len(saves) >= 3, f"saves at {saves}"
+    costly = 0
+    for (_, before), (at, cpu), (next_at, _) in zip(saves, saves[1:], saves[2:], strict=False):
+        pause = max(1.0, (cpu - before) * (1 - share) / share)
+        costly += pause > 1.5
+        assert next_at - at >= 0.9 * pause, (
+            f"a save of {cpu - before:.2f} CPU-s, the next {next_at - at:.2f} s later"
+        )
+    assert costly, f"no save cost enough to be paced: {saves}"
 
 
 def test_a_clean_stop_saves_what_came_since_the_last_paced_save(tmp_path: Path) -> None:
-    with _broker(tmp_path, save_interval_s=60.0) as (services, spec, servers):
+    with _broker(tmp_path, save_share=0.01) as (services, spec, servers):
+        _fill(servers, megabytes=20)  # the next save is then far away
         producer = Producer({"bootstrap.servers": servers})
+        before = high_of(servers)
         for n in range(5_000):
             producer.produce(TOPIC, b"record-%d" % n, partition=0)
         assert producer.flush(10) == 0
         started = time.monotonic()
         services.stop("kafka")
-        assert time.monotonic() - started < 30, "the stop waited for the paced pause"
+        assert time.monotonic() - started < PAUSE_MAX_S, "the stop waited for the paced pause"
         services.start(spec)
-        consumer = Consumer({"bootstrap.servers": servers, "group.id": "count"})
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)
-        finally:
-            consumer.close()
-    assert high - low == 5_000
+        after = high_of(servers)
+    assert after - before == 5_000
+
+
+def high_of(servers: str) -> int:
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "count"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)[1])
+    finally:
+        consumer.close()
 
 
 def test_a_preloaded_library_of_the_users_stays_preloaded_after_ours() -> None:
-    env = noida_env(10.0, {"LD_PRELOAD": "/opt/theirs.so"})
+    env = noida_env(0.05, 30.0, {"LD_PRELOAD": "/opt/theirs.so"})
     assert env["LD_PRELOAD"] == f"{SAVE_PACING_LIBRARY} /opt/theirs.so"
-    assert env["NOIDA_SAVE_INTERVAL_MS"] == "10000"
+    assert (env["NOIDA_SAVE_SHARE"], env["NOIDA_SAVE_PAUSE_MAX_MS"]) == ("0.05", "30000")
 
 
 def test_without_the_library_the_broker_runs_at_its_own_pace(tmp_path: Path) -> None:
-    env = noida_env(10.0, {}, library=tmp_path / "missing.so")
-    assert "LD_PRELOAD" not in env and "NOIDA_SAVE_INTERVAL_MS" not in env
+    env = noida_env(0.05, 30.0, {}, library=tmp_path / "missing.so")
+    assert "LD_PRELOAD" not in env and "NOIDA_SAVE_SHARE" not in env
     assert env["MALLOC_TRIM_THRESHOLD_"] == "131072", "the malloc bounds stay"
 
 
@@ -125,5 +160,5 @@ def test_the_platforms_broker_is_paced_by_default(platform: GPULensSettings) -> 
     environ = dict(
         entry.split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in entry
     )
-    assert environ["NOIDA_SAVE_INTERVAL_MS"] == str(round(platform.platform.broker_save_interval_s * 1000))
+    assert environ["NOIDA_SAVE_SHARE"] == f"{platform.platform.broker_save_share:g}"
     assert str(SAVE_PACING_LIBRARY) in Path(f"/proc/{pid}/maps").read_text(), "the library is loaded"

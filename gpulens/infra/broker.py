@@ -23,35 +23,38 @@ instead of one per thread (``MALLOC_ARENA_MAX=2``) took 4.7 CPU-s there and are 
 SAVE_PACING_LIBRARY = Path(__file__).resolve().parents[2] / ".tools" / "lib" / "libnoida_save_pacing.so"
 """Where ``make install`` builds the library that paces noida-db's saves
 (``deploy/noida/save_pacing.c``)."""
-NOIDA_OWN_SAVE_INTERVAL_S = 1.0
-"""The pause noida-db 0.2.3 makes between two saves by itself."""
 
 
 def noida_env(
-    save_interval_s: float, environ: Mapping[str, str], library: Path = SAVE_PACING_LIBRARY
+    save_share: float, pause_max_s: float, environ: Mapping[str, str], library: Path = SAVE_PACING_LIBRARY
 ) -> dict[str, str]:
     """What noida-db's environment adds to ``environ``: the malloc bounds, and, where the pacing
-    library is built, that library preloaded to make the pause between two saves
-    ``save_interval_s`` instead of noida-db's own second (``environ``'s ``LD_PRELOAD`` kept after it).
+    library is built and ``save_share`` is below 1, that library preloaded (``environ``'s
+    ``LD_PRELOAD`` kept after it) to stretch the pause between two saves so that saving takes
+    about ``save_share`` of the saving thread's time: each pause lasts the CPU the save before
+    it took times (1 - share) / share, at least noida-db's own second, at most ``pause_max_s``.
 
     Each save rewrites all the broker holds, one after another while data changes: at 100,000
     GPUs the saving thread took 31 % of a core at nice 19 (serving clients 9 %), and every save
-    held about 5.5 times what the broker holds while it ran. Paced every 10 s it took 5.5 %. A
-    SIGKILL of the broker then loses what was acknowledged since the start of the last save (the
-    interval and that save), which every producer of GPULens resends (it keeps what was
-    acknowledged in the last 120 s, :mod:`gpulens.producers.publishing`)."""
+    held about 5.5 times what the broker holds while it ran; paced every 10 s it took 5.5 %. A
+    broker holding little (a demo, a test, topics just created) saves in milliseconds and keeps
+    its one-second pace. A SIGKILL of the broker loses what was acknowledged since the start of
+    the last save, which every producer of GPULens resends (it keeps what was acknowledged in
+    the last 120 s, :mod:`gpulens.producers.publishing`)."""
     env = dict(NOIDA_MALLOC_ENV)
-    if save_interval_s != NOIDA_OWN_SAVE_INTERVAL_S and library.is_file():
+    if save_share < 1 and library.is_file():
         preloaded = environ.get("LD_PRELOAD")
         env["LD_PRELOAD"] = f"{library} {preloaded}" if preloaded else str(library)
-        env["NOIDA_SAVE_INTERVAL_MS"] = str(round(save_interval_s * 1000))
+        env["NOIDA_SAVE_SHARE"] = f"{save_share:g}"
+        env["NOIDA_SAVE_PAUSE_MAX_MS"] = str(round(pause_max_s * 1000))
     return env
 
 
 NOIDA_THREAD_NICE = MappingProxyType({"autosave": 19})
 """The nice value of noida-db's saving thread. It rewrites everything the broker holds as one
-JSON file, one save after another while data changes (about a second apart plus the save), so it
-took 30-45 % of a core at 100,000 GPUs, beside 10-15 % answering clients; at the lowest priority
+JSON file, one save after another while data changes (about a second apart plus the save, unless
+paced: :func:`noida_env`), so it took 30-45 % of a core at 100,000 GPUs, beside 10-15 % answering
+clients; at the lowest priority
 it saves with the CPU the samples' path leaves, and its saves come further apart when the
 machine is busy (the loss window on SIGKILL, "The embedded platform" in the README, grows so)."""
 

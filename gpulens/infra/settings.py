@@ -34,17 +34,25 @@ class PlatformSettings(BaseModel):
         description="Hold the embedded chDB engine, serve it on clickhouse.http_port; or use clickhouse.url.",
     )
     start_timeout_s: float = Field(default=60.0, gt=0, description="How long a service may take to be ready.")
-    broker_save_interval_s: float = Field(
-        default=10.0,
-        ge=1.0,
-        le=120.0,
+    broker_save_share: float = Field(
+        default=0.05,
+        gt=0,
+        le=1.0,
         description=(
-            "noida-db only: seconds between two saves of everything the broker holds (its own pause "
-            "is 1 s; `make install` builds the library that paces it). A save rewrites all that is "
-            "held: at 100,000 GPUs saving took 31 % of a core at noida-db's pace and 5.5 % every "
-            "10 s. A SIGKILL of the broker loses what was acknowledged since the last save began, "
+            "noida-db only: about this share of its saving thread's time goes to saving everything "
+            "the broker holds (`make install` builds the library that paces it): each pause between "
+            "two saves lasts the last save's CPU times (1 - share) / share, at least noida-db's own "
+            "1 s; 1: noida-db's own pace. At 100,000 GPUs saving took 31 % of a core at noida-db's "
+            "pace. A SIGKILL of the broker loses what was acknowledged since the last save began, "
             "which the producers resend (they keep 120 s of it); a clean stop saves everything."
         ),
+    )
+    broker_save_pause_max_s: float = Field(
+        default=30.0,
+        ge=1.0,
+        le=110.0,
+        description="noida-db only: the longest pause between two saves, seconds (what a SIGKILL may "
+        "lose grows with it; the producers resend the last 120 s).",
     )
     python_allocator: PythonAllocator = Field(
         default="jemalloc",
