@@ -99,6 +99,10 @@ class SizeResult:
     steady_rss_peak_mb: float = 0.0
     """Most RSS held at once by the :data:`SYSTEM` processes within the steady window: the goal's
     "through a steady run", the start's burst left out (sampled every second)."""
+    over_rss_limit_until_s: float | None = None
+    """Seconds from the simulator's start to the last instant of the steady window at which the
+    system held more than the RSS bound (None: never): a start still being digested when the
+    window opens is over it only at first, a broker save or a lag anywhere in the window."""
     total_pss_peak_mb: float = 0.0
     """The same in PSS (sampled every 10 s): the memory they take together, a page shared by
     several of them counted once."""

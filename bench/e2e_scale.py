@@ -499,6 +499,10 @@ def _analyse(
     ]
     result.total_rss_peak_mb = max((mb for _, mb in system_mb), default=0.0)
     result.steady_rss_peak_mb = max((mb for t, mb in system_mb if begin <= t <= end), default=0.0)
+    over = [
+        t for t, mb in system_mb if begin <= t <= end and options.rss_limit_mb and mb > options.rss_limit_mb
+    ]
+    result.over_rss_limit_until_s = max(over) - (begin - options.warmup_s) if over else None
     result.total_pss_peak_mb = max(
         ((system_pss_kb(found) or 0) / 1024 for _, found in sampler.series), default=0.0
     )
@@ -547,6 +551,11 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
         pss = ", ".join(f"{mb:,}" for mb in r.pss_over_time)
         print(f"  system PSS MB every {RSS_STEP_S:g} s: {pss}")
         print(f"  system RSS MB at most at once in the steady window: {r.steady_rss_peak_mb:,.0f}")
+        if r.over_rss_limit_until_s is not None:
+            print(
+                f"  system RSS over {options.rss_limit_mb:,.0f} MB in the steady window until "
+                f"{r.over_rss_limit_until_s:.0f} s after the simulator's start"
+            )
         for topic, records in sorted(r.dropped.items()):
             print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():
