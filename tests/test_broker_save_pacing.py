@@ -4,8 +4,9 @@
 noida-db rewrites all it holds at every save, one save after another while data changes (a
 second apart): at 100,000 GPUs that was a third of a core. ``make install`` builds a library
 (``deploy/noida/save_pacing.c``) that ``gpulens up`` preloads into the broker to stretch that
-pause. Each test runs a noida-db of its own under a stream of records and watches its state
-file being replaced (each save writes a temporary file and renames it over the last).
+pause. The tests run noida-db brokers of their own under a stream of records and watch the state
+file being replaced (each save writes a temporary file and renames it over the last); the last
+test looks at the session platform's broker.
 """
 
 from __future__ import annotations

@@ -54,9 +54,9 @@ NOIDA_THREAD_NICE = MappingProxyType({"autosave": 19})
 """The nice value of noida-db's saving thread. It rewrites everything the broker holds as one
 JSON file, one save after another while data changes (about a second apart plus the save, unless
 paced: :func:`noida_env`), so it took 30-45 % of a core at 100,000 GPUs, beside 10-15 % answering
-clients; at the lowest priority
-it saves with the CPU the samples' path leaves, and its saves come further apart when the
-machine is busy (the loss window on SIGKILL, "The embedded platform" in the README, grows so)."""
+clients; at the lowest priority it saves with the CPU the samples' path leaves, and its saves
+come further apart when the machine is busy (the loss window on SIGKILL, "The embedded platform"
+in the README, grows so)."""
 
 
 def _package_dir(package: str, pip_name: str) -> Path:
