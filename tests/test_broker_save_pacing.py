@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from worker_support import cpu_s_of, thread_named
 
 from gpulens.config import GPULensSettings
 from gpulens.infra.broker import SAVE_PACING_LIBRARY, noida_argv, noida_env
@@ -52,14 +53,6 @@ def _broker(tmp_path: Path, save_share: float) -> Iterator[tuple[ServiceManager,
         services.stop("kafka")
 
 
-def _saving_thread_cpu_s(pid: int) -> float:
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        if (task / "comm").read_text().strip() == "autosave":
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    raise AssertionError("noida-db has no saving thread")
-
-
 def _saves(
     services: ServiceManager, tmp_path: Path, servers: str, seconds: float
 ) -> list[tuple[float, float]]:
@@ -67,6 +60,8 @@ def _saves(
     for ``seconds``."""
     pid = services.status("kafka").pid
     assert pid is not None
+    saving = thread_named(pid, "autosave")
+    assert saving is not None, "noida-db has no saving thread"
     snapshot = tmp_path / "kafka" / "kafka.json"
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 5})
     saves: list[tuple[float, float]] = []
@@ -78,7 +73,7 @@ def _saves(
         producer.poll(0)
         inode = snapshot.stat().st_ino if snapshot.exists() else None
         if inode != last:
-            saves.append((time.monotonic(), _saving_thread_cpu_s(pid)))
+            saves.append((time.monotonic(), cpu_s_of(pid, saving)))
         last = inode
         time.sleep(0.01)
     assert producer.flush(10) == 0

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sink_support import wait_for
-from worker_support import nice_of
+from worker_support import nice_of, thread_named
 
 from gpulens.config import GPULensSettings, load_settings
 from gpulens.infra.clickhouse.allocator import ENGINE_MALLOC_CONF
@@ -406,14 +406,8 @@ def test_a_thread_to_lower_that_starts_after_the_service_answers_is_lowered_too(
         assert status.pid is not None
         pid = status.pid
 
-        def late_thread() -> str | None:
-            tasks = Path(f"/proc/{pid}/task").iterdir()
-            return next(
-                (task.name for task in tasks if (task / "comm").read_text().strip() == "autosave"), None
-            )
-
-        wait_for(lambda: late_thread() is not None, 10, "the service's late thread")
-        assert nice_of(pid, late_thread()) == 19
+        wait_for(lambda: thread_named(pid, "autosave") is not None, 10, "the service's late thread")
+        assert nice_of(pid, thread_named(pid, "autosave")) == 19
         assert nice_of(pid) == 0, "the rest of the service keeps its priority"
     finally:
         services.stop("late")

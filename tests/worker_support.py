@@ -55,11 +55,28 @@ def wait_reading(worker: subprocess.Popen[bytes], log: Path, timeout: float = 12
     assert worker.poll() is None, f"the worker exited ({worker.returncode}) before reading: see {log}"
 
 
-def nice_of(pid: int, thread: int | str | None = None) -> int:
-    """A process's (or one of its threads') nice value: field 19 of its /proc stat, counted after
-    the command's parentheses."""
+def stat_fields(pid: int, thread: int | str | None = None) -> list[str]:
+    """A process's (or one of its threads') /proc stat from field 3 on: what follows the
+    command's parentheses (a command may hold spaces and parentheses itself)."""
     stat = Path(f"/proc/{pid}" + (f"/task/{thread}" if thread is not None else "") + "/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[16])
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def nice_of(pid: int, thread: int | str | None = None) -> int:
+    """A process's (or one of its threads') nice value: field 19 of its /proc stat."""
+    return int(stat_fields(pid, thread)[16])
+
+
+def cpu_s_of(pid: int, thread: int | str | None = None) -> float:
+    """CPU seconds (user and system) a process, or one of its threads, has used: fields 14 and 15."""
+    fields = stat_fields(pid, thread)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_named(pid: int, name: str) -> str | None:
+    """The id of a thread of ``pid`` named ``name`` (its comm), or None."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return next((task.name for task in tasks if (task / "comm").read_text().strip() == name), None)
 
 
 def worker_log(config: Path, group: str, *extra: str) -> Path:
