@@ -18,6 +18,11 @@ from bench.e2e_probes import Usage
 SYSTEM = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "retention")
 """The processes under test; the simulator (the GPU nodes' agents) and the benchmark are not."""
 RSS_STEP_S = 60.0
+START_STEP_S = 5.0
+"""Step of the start's timeline (:attr:`SizeResult.start_rss`): finer, since the start's memory
+rises and falls within a minute."""
+START_PAST_WARMUP_S = 30.0
+"""The start's timeline runs this far into the steady window."""
 GROWTH_SHARE = 0.05
 """Lag grows when it rises by more than this share of the group's input rate ..."""
 GROWTH_BEHIND_S = 6.0
@@ -118,6 +123,11 @@ class SizeResult:
     :data:`RSS_STEP_S` from the simulator's start."""
     pss_over_time: list[int] = field(default_factory=list)
     """The same for the system's PSS (read every 10 s)."""
+    start_rss: dict[str, list[int]] = field(default_factory=dict)
+    """As :attr:`rss_over_time`, every :data:`START_STEP_S` from the simulator's start to
+    :data:`START_PAST_WARMUP_S` into the steady window: how the start's memory rises and falls."""
+    start_lag: list[int] = field(default_factory=list)
+    """The worker's lag (records) at the same instants."""
     worker_cycles: int | None = None
     """Cycles the worker committed over the steady window (its ``gpulens_worker_cycles_total``
     read at both ends): each is one transaction, and cycles stretch under load."""
@@ -220,13 +230,13 @@ def processes_of(
 
 
 def rss_over_time(
-    series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float
+    series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float, step: float = RSS_STEP_S
 ) -> dict[str, list[int]]:
     """RSS (MB) of each of the :data:`SYSTEM` processes and of all of them together at each
-    :data:`RSS_STEP_S` from ``start`` to ``end``: the sample nearest each instant."""
+    ``step`` from ``start`` to ``end``: the sample nearest each instant."""
     if not series:
         return {}
-    nearest = _nearest(series, _steps(start, end))
+    nearest = _nearest(series, steps(start, end, step))
 
     def mb(found: dict[str, Usage], names: Sequence[str]) -> int:
         return round(sum(found[n].rss_kb for n in names if n in found) / 1024)
@@ -239,11 +249,12 @@ def pss_over_time(series: Sequence[tuple[float, dict[str, Usage]]], start: float
     """The :data:`SYSTEM` processes' PSS together (MB) at each :data:`RSS_STEP_S` from ``start``
     to ``end``: the sample that read it nearest each instant."""
     measured = [point for point in series if system_pss_kb(point[1]) is not None]
-    return [round((system_pss_kb(found) or 0) / 1024) for found in _nearest(measured, _steps(start, end))]
+    return [round((system_pss_kb(found) or 0) / 1024) for found in _nearest(measured, steps(start, end))]
 
 
-def _steps(start: float, end: float) -> list[float]:
-    return [start + i * RSS_STEP_S for i in range(int((end - start) // RSS_STEP_S) + 1)]
+def steps(start: float, end: float, step: float = RSS_STEP_S) -> list[float]:
+    """Every ``step`` from ``start`` to ``end``, both ends included where they fall on one."""
+    return [start + i * step for i in range(int((end - start) // step) + 1)]
 
 
 def _nearest(

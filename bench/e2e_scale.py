@@ -50,7 +50,8 @@ publish an interval's batches within the interval (it shares the 2 cores; real a
 the GPU nodes). ``--find-max`` steps the fleet up by ``--step``
 from ``--start-gpus`` until a size fails and prints the highest one that passed.
 ``--profile worker,sink`` samples those processes with py-spy (installed separately) over the
-steady window and prints their hottest functions. Starts everything itself; never asserts.
+steady window (`--profile-start`: over the start, until the window) and prints their hottest
+functions. Starts everything itself; never asserts.
 
 The processes run ``python -m gpulens`` in the bench's working directory, which ``-m`` puts
 first on the path: to measure another commit, start the bench inside a worktree of it
@@ -84,6 +85,8 @@ from bench.e2e_probes import OffsetSampler, ProcessSampler, RowPoller
 from bench.e2e_profiling import Profiler
 from bench.e2e_report import (
     RSS_STEP_S,
+    START_PAST_WARMUP_S,
+    START_STEP_S,
     SYSTEM,
     SizeResult,
     first_time,
@@ -94,6 +97,7 @@ from bench.e2e_report import (
     quantile,
     rss_over_time,
     slope,
+    steps,
     system_pss_kb,
     tables,
 )
@@ -142,6 +146,8 @@ class Options:
     """The most RSS the system under test may hold at once within the steady window (0: no bound)."""
     profile: tuple[str, ...] = ()
     profile_rate: int = 25
+    profile_start: bool = False
+    """Profile the start (the simulator's start to the steady window's) instead of the steady window."""
     keep: bool = False
 
     def lead_for(self, nodes: int) -> float:
@@ -365,10 +371,11 @@ class _SizeRun:
             )  # fmt: skip
             sampler.add("simulator", simulator.pid)
             pids = {**self.platform, **{n: p.pid for n, p in self.processes.running.items()}}
+            since, until = (start_s, steady[0]) if options.profile_start else steady
             for name in options.profile:
                 if name in pids:
-                    args = (name, pids[name], steady[1] - steady[0])
-                    timers.append(threading.Timer(max(0.0, steady[0] - time.time()), profiler.record, args))
+                    args = (name, pids[name], until - since)
+                    timers.append(threading.Timer(max(0.0, since - time.time()), profiler.record, args))
                     timers[-1].start()
             rc = simulator.wait(lead * 3 + options.duration_s * 4 + 120)
             if rc != 0:
@@ -493,6 +500,12 @@ def _analyse(
     result.processes = processes_of(sampler.series, begin, end)
     result.rss_over_time = rss_over_time(sampler.series, begin - options.warmup_s, published_end)
     result.pss_over_time = pss_over_time(sampler.series, begin - options.warmup_s, published_end)
+    start_steps = (begin - options.warmup_s, begin + START_PAST_WARMUP_S, START_STEP_S)
+    result.start_rss = rss_over_time(sampler.series, *start_steps)
+    behind = [(t, v["worker"][1] - v["worker"][0]) for t, v in offsets.series if "worker" in v]
+    result.start_lag = [
+        min(behind, key=lambda point, at=at: abs(point[0] - at))[1] for at in steps(*start_steps) if behind
+    ]
     result.machine_busy_pct, result.others_pct = machine_of(sampler.machine, result.processes, begin, end)
     system_mb = [
         (t, sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024) for t, found in sampler.series
@@ -550,6 +563,10 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             print(f"  {name} RSS MB every {RSS_STEP_S:g} s: {', '.join(f'{mb:,}' for mb in points)}")
         pss = ", ".join(f"{mb:,}" for mb in r.pss_over_time)
         print(f"  system PSS MB every {RSS_STEP_S:g} s: {pss}")
+        since = f"every {START_STEP_S:g} s from the start to {START_PAST_WARMUP_S:g} s into the window"
+        print(f"  worker lag {since}: {', '.join(f'{n:,}' for n in r.start_lag)}")
+        for name, points in r.start_rss.items():
+            print(f"  {name} RSS MB {since}: {', '.join(f'{mb:,}' for mb in points)}")
         print(f"  system RSS MB at most at once in the steady window: {r.steady_rss_peak_mb:,.0f}")
         if r.over_rss_limit_until_s is not None:
             print(
@@ -559,7 +576,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
         for topic, records in sorted(r.dropped.items()):
             print(f"  retention's cap dropped {records:,} records of {topic} not yet consumed")
         for name, summary in r.profiles.items():
-            print(f"\nprofile of the {name} at {r.gpus:,} GPUs (py-spy, steady window):\n{summary}")
+            window = "the start" if options.profile_start else "steady window"
+            print(f"\nprofile of the {name} at {r.gpus:,} GPUs (py-spy, {window}):\n{summary}")
 
 
 def _after(seconds: float | None) -> str:
@@ -583,6 +601,7 @@ def _options(args: argparse.Namespace) -> Options:
         rss_limit_mb=args.rss_limit,
         profile=tuple(p for p in args.profile.split(",") if p),
         profile_rate=args.profile_rate,
+        profile_start=args.profile_start,
         keep=args.keep,
     )
 
@@ -640,6 +659,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-gpus", type=int, default=100_000, help="--find-max: last size.")
     parser.add_argument("--profile", default="", help="py-spy these processes, e.g. worker,sink.")
     parser.add_argument("--profile-rate", type=int, default=25, help="py-spy samples per second.")
+    parser.add_argument(
+        "--profile-start", action="store_true", help="Profile the start (until the steady window) instead."
+    )
     parser.add_argument("--json", type=Path, help="Also write every figure here.")
     parser.add_argument("--keep", action="store_true", help="Keep each run's directory (logs, profiles).")
     args = parser.parse_args(argv)
