@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from bench.e2e_probes import Usage
+
+T = TypeVar("T")
 
 SYSTEM = ("broker", "registry", "clickhouse", "worker", "sink", "exporter", "retention")
 """The processes under test; the simulator (the GPU nodes' agents) and the benchmark are not."""
@@ -128,6 +132,9 @@ class SizeResult:
     :data:`START_PAST_WARMUP_S` into the steady window: how the start's memory rises and falls."""
     start_lag: list[int] = field(default_factory=list)
     """The worker's lag (records) at the same instants."""
+    machine_loop_s: float = math.nan
+    """CPU seconds of :mod:`bench.machine_speed`'s fixed loop just before the size ran: which kind
+    of machine the figures came from."""
     worker_cycles: int | None = None
     """Cycles the worker committed over the steady window (its ``gpulens_worker_cycles_total``
     read at both ends): each is one transaction, and cycles stretch under load."""
@@ -236,20 +243,20 @@ def rss_over_time(
     ``step`` from ``start`` to ``end``: the sample nearest each instant."""
     if not series:
         return {}
-    nearest = _nearest(series, steps(start, end, step))
+    found_at = nearest(series, steps(start, end, step))
 
     def mb(found: dict[str, Usage], names: Sequence[str]) -> int:
         return round(sum(found[n].rss_kb for n in names if n in found) / 1024)
 
-    each = {name: [mb(found, [name]) for found in nearest] for name in SYSTEM}
-    return {**each, "system": [mb(found, SYSTEM) for found in nearest]}
+    each = {name: [mb(found, [name]) for found in found_at] for name in SYSTEM}
+    return {**each, "system": [mb(found, SYSTEM) for found in found_at]}
 
 
 def pss_over_time(series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float) -> list[int]:
     """The :data:`SYSTEM` processes' PSS together (MB) at each :data:`RSS_STEP_S` from ``start``
     to ``end``: the sample that read it nearest each instant."""
     measured = [point for point in series if system_pss_kb(point[1]) is not None]
-    return [round((system_pss_kb(found) or 0) / 1024) for found in _nearest(measured, steps(start, end))]
+    return [round((system_pss_kb(found) or 0) / 1024) for found in nearest(measured, steps(start, end))]
 
 
 def steps(start: float, end: float, step: float = RSS_STEP_S) -> list[float]:
@@ -257,11 +264,13 @@ def steps(start: float, end: float, step: float = RSS_STEP_S) -> list[float]:
     return [start + i * step for i in range(int((end - start) // step) + 1)]
 
 
-def _nearest(
-    series: Sequence[tuple[float, dict[str, Usage]]], steps: Sequence[float]
-) -> list[dict[str, Usage]]:
-    """The sample of ``series`` nearest each of ``steps`` (none if it is empty)."""
-    return [min(series, key=lambda point, at=at: abs(point[0] - at))[1] for at in steps if series]
+def nearest(series: Sequence[tuple[float, T]], instants: Sequence[float]) -> list[T]:
+    """The sample of a time series nearest each of ``instants`` (none if it is empty)."""
+    return [min(series, key=partial(_distance, at))[1] for at in instants if series]
+
+
+def _distance(at: float, point: tuple[float, object]) -> float:
+    return abs(point[0] - at)
 
 
 def system_pss_kb(found: dict[str, Usage]) -> int | None:

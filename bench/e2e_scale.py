@@ -49,9 +49,10 @@ are missing at the end, the retention job dropped records a group had not consum
 publish an interval's batches within the interval (it shares the 2 cores; real agents run on
 the GPU nodes). ``--find-max`` steps the fleet up by ``--step``
 from ``--start-gpus`` until a size fails and prints the highest one that passed.
-``--profile worker,sink`` samples those processes with py-spy (installed separately) over the
-steady window (`--profile-start`: over the start, until the window) and prints their hottest
-functions. Starts everything itself; never asserts.
+Before each size, :mod:`bench.machine_speed`'s fixed loop tells how fast the machine is (the
+figures differ by machine). ``--profile worker,sink`` samples those processes with py-spy
+(installed separately) over the steady window (`--profile-start`: over the start, until the
+window) and prints their hottest functions. Starts everything itself; never asserts.
 
 The processes run ``python -m gpulens`` in the bench's working directory, which ``-m`` puts
 first on the path: to measure another commit, start the bench inside a worktree of it
@@ -92,6 +93,7 @@ from bench.e2e_report import (
     first_time,
     lag_of,
     machine_of,
+    nearest,
     processes_of,
     pss_over_time,
     quantile,
@@ -101,6 +103,7 @@ from bench.e2e_report import (
     system_pss_kb,
     tables,
 )
+from bench.machine_speed import loop_cpu_s
 from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.rows import SINK_TOPICS
 from gpulens.infra.launching import port_open
@@ -291,6 +294,7 @@ def run_size(gpus: int, options: Options, *, echo: Callable[[str], None] = print
     """Run one fleet size on a private platform of its own; every figure of it."""
     nodes = math.ceil(gpus / options.gpus_per_node)
     result = SizeResult(nodes, nodes * options.gpus_per_node, options.interval_s, options.duration_s)
+    result.machine_loop_s = loop_cpu_s()
     tmp = Path(tempfile.mkdtemp(prefix=f"gpulens-e2e-{nodes}-"))
     try:
         with private_platform(tmp, broker=options.broker) as settings:
@@ -503,9 +507,7 @@ def _analyse(
     start_steps = (begin - options.warmup_s, begin + START_PAST_WARMUP_S, START_STEP_S)
     result.start_rss = rss_over_time(sampler.series, *start_steps)
     behind = [(t, v["worker"][1] - v["worker"][0]) for t, v in offsets.series if "worker" in v]
-    result.start_lag = [
-        min(behind, key=lambda point, at=at: abs(point[0] - at))[1] for at in steps(*start_steps) if behind
-    ]
+    result.start_lag = nearest(behind, steps(*start_steps))
     result.machine_busy_pct, result.others_pct = machine_of(sampler.machine, result.processes, begin, end)
     system_mb = [
         (t, sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024) for t, found in sampler.series
@@ -546,7 +548,8 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
             f"samples); the cluster's start took the simulator {r.sim_prime_s:.1f} s"
             + (f" ({r.sim_prime_overrun_s:.1f} s past the planned start)" if r.sim_prime_overrun_s else "")
             + f"; worker caught up {_after(r.worker_caught_up_after_s)} after publishing ended; "
-            f"visibility query p50 {r.poll_query_ms_p50:.0f} ms ({r.full_polls} over the whole table)"
+            f"visibility query p50 {r.poll_query_ms_p50:.0f} ms ({r.full_polls} over the whole table); "
+            f"the machine: bench.machine_speed's loop {r.machine_loop_s:.2f} CPU-s before the run"
         )
         if r.worker_cycles is not None and r.worker_commit_s is not None:  # 0 (stalled) shown too
             window_s = r.duration_s - options.warmup_s
