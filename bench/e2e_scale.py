@@ -78,6 +78,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from confluent_kafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
@@ -233,12 +234,13 @@ def _worker_inputs(options: Options) -> list[TopicPartition]:
         AlertOperator,
         AllocationOperator,
         DeviceChangelogOperator,
+        Operator,
         WorkloadUsageOperator,
     )
     from gpulens.pipeline.windows import TumblingWindows
 
     windows = TumblingWindows(options.window_s * 1000)
-    make = {
+    make: dict[str, Callable[[], Operator]] = {
         "allocation": lambda: AllocationOperator(windows, per_node=True, overview=True),
         "workloads": lambda: WorkloadUsageOperator(windows),
         "alerts": lambda: AlertOperator(AlertRules()),
@@ -449,7 +451,7 @@ def _dropped(settings: GPULensSettings) -> dict[str, int]:
 
 def _analyse(
     result: SizeResult,
-    sim: dict[str, object],
+    sim: dict[str, Any],
     sampler: ProcessSampler,
     offsets: OffsetSampler,
     rows: RowPoller,
@@ -459,11 +461,11 @@ def _analyse(
 ) -> None:
     """Fill ``result`` from the simulator's counts and the probes' series."""
     begin, end = steady
-    by_ms = {int(k): int(v) for k, v in sim["samples_by_ms"].items()}  # type: ignore[attr-defined]
-    result.published_records = int(sim["records"])  # type: ignore[arg-type]
+    by_ms = {int(k): int(v) for k, v in sim["samples_by_ms"].items()}
+    result.published_records = int(sim["records"])
     result.published_samples = sum(by_ms.values())
-    result.sim_prime_s = float(sim["primed_s"])  # type: ignore[arg-type]
-    result.sim_prime_overrun_s = float(sim["prime_overrun_s"])  # type: ignore[arg-type]
+    result.sim_prime_s = float(sim["primed_s"])
+    result.sim_prime_overrun_s = float(sim["prime_overrun_s"])
     result.rows_visible = rows.visible
     in_window = {ms: n for ms, n in by_ms.items() if begin <= ms / 1000 < end}
     # Samples come in ticks, one every interval (all nodes at the same instant): per tick.
@@ -484,7 +486,7 @@ def _analyse(
     result.p50_s = quantile(latencies, 0.50)
     result.p99_s = quantile(latencies, 0.99)
     result.max_s = max((v for v, _ in latencies), default=math.nan)
-    late_at = [(ms, late_ms / 1000, n) for ms, late_ms, n in sim["late_ms"] if begin <= ms / 1000 < end]  # type: ignore[attr-defined]
+    late_at = [(ms, late_ms / 1000, n) for ms, late_ms, n in sim["late_ms"] if begin <= ms / 1000 < end]
     late = [(v, n) for _, v, n in late_at]
     result.sim_late_p99_s = quantile(late, 0.99)
     for minute in range(math.ceil((end - begin) / 60)):
