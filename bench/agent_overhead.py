@@ -59,7 +59,9 @@ def _published(metrics_url: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def _wait_published(metrics_url: str, at_least: float, agent: subprocess.Popen, timeout: float = 60) -> None:
+def _wait_published(
+    metrics_url: str, at_least: float, agent: subprocess.Popen[str], timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if agent.poll() is not None:

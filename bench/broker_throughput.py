@@ -17,6 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.topics import GPU_SAMPLES, PODS, TopicSpec, record_key
@@ -28,7 +29,9 @@ def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:>12,.0f}/s"
 
 
-def bench_topic(settings, codec: AvroCodec, spec: TopicSpec, records: int) -> list[tuple[str, str, str]]:
+def bench_topic(
+    settings: GPULensSettings, codec: AvroCodec, spec: TopicSpec, records: int
+) -> list[tuple[str, str, str]]:
     event = example_events()[spec]
     topic = TopicSpec(f"bench.{spec.name}.{os.getpid()}", spec.record, spec.key_field, 6)
     create_topics(settings.kafka, [topic])
@@ -70,7 +73,7 @@ def bench_topic(settings, codec: AvroCodec, spec: TopicSpec, records: int) -> li
         while seen < records:
             for message in consumer.consume(10_000, 1.0):
                 if message.error() is None:
-                    decode(topic, message.value())
+                    decode(topic, message.value() or b"")
                     seen += 1
         rows.append((spec.record.__name__, mode, _rate(records, time.perf_counter() - start)))
         consumer.close()

@@ -88,11 +88,12 @@ def fleet_round(
     out += [(GPU_SAMPLES.name, record_key(GPU_SAMPLES, b), codec.encode(GPU_SAMPLES, b)) for b in batches]
     if samples_only:
         return out
-    window = {"window_start": start, "window_end": start + WINDOW}
+    window_end = start + WINDOW
     cluster = ClusterGpuAllocation(
         event_id=f"c/{r}",
         cluster=CLUSTER,
-        **window,
+        window_start=start,
+        window_end=window_end,
         gpu_capacity=8.0 * nodes,
         gpus_allocated_avg=4.0 * nodes,
         gpus_allocated_max=4.0 * nodes,
@@ -113,7 +114,8 @@ def fleet_round(
             event_id=f"n/{n}/{r}",
             cluster=CLUSTER,
             node=f"node-{n}",
-            **window,
+            window_start=start,
+            window_end=window_end,
             gpu_capacity=8.0,
             gpus_allocated_avg=4.0,
             gpus_allocated_max=8.0,
@@ -132,7 +134,8 @@ def fleet_round(
             workload_kind="Job",
             workload_name=f"w{w}",
             namespace="ml",
-            **window,
+            window_start=start,
+            window_end=window_end,
             gpus_allocated_avg=4.0,
             gpus_allocated_max=4.0,
             gpus_allocated_end=4.0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,12 +19,14 @@ from gpulens.producers.replay import alibaba_v2023, genai_duty
 from gpulens.producers.replay.locating import traces_dir
 from gpulens.producers.replay.pacing import replay
 from gpulens.schemas.kafka.topic_admin import create_topics
+from gpulens.schemas.model.models import Event
+from gpulens.schemas.model.topics import TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec, registry_client
 
 
 def main() -> None:
     traces = traces_dir()
-    plans = {
+    plans: dict[str, Callable[[], list[tuple[TopicSpec, Event]]]] = {
         "alibaba-v2023 (default)": lambda: list(
             alibaba_v2023.plan(
                 alibaba_v2023.read_nodes(traces / "alibaba-gpu-v2023/openb_node_list_gpu_node.csv"),

@@ -33,11 +33,13 @@ import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
 
 from bench.e2e_probes import usage
+from gpulens.config import GPULensSettings
 from gpulens.consumers.clickhouse.client import get_client
 from gpulens.consumers.clickhouse.duplicates import DuplicateGuard
 from gpulens.consumers.clickhouse.migrating import migrate
@@ -103,7 +105,12 @@ def _cpu_s(pid: int) -> float:
 
 
 def bench(
-    settings, codec: AvroCodec, spec: TopicSpec, records: list[Event], sink: SinkSettings, run: int
+    settings: GPULensSettings,
+    codec: AvroCodec,
+    spec: TopicSpec,
+    records: list[Event],
+    sink: SinkSettings,
+    run: int,
 ) -> Run:
     topic = dataclasses.replace(spec, name=f"bench.{spec.name}.{run}")
     create_topics(settings.kafka, [topic])
@@ -135,7 +142,8 @@ def bench(
     steady_from: tuple[int, float, float] | None = None
     while True:
         try:
-            count = client.command(f"SELECT count() FROM bench_{run}.{last}")
+            # a single UInt64 value: clickhouse-connect returns it as an int
+            count = cast(int, client.command(f"SELECT count() FROM bench_{run}.{last}"))
         except DatabaseError:  # the database does not exist until the sink migrated it
             count = 0
         if count >= tables[last]:
@@ -192,7 +200,12 @@ def bare_insert(records: list[Event], batch_rows: int) -> tuple[int, float]:
 
 
 def cpu_lines(
-    settings, codec: AvroCodec, spec: TopicSpec, records: list[Event], batch_rows: int, first_run: int
+    settings: GPULensSettings,
+    codec: AvroCodec,
+    spec: TopicSpec,
+    records: list[Event],
+    batch_rows: int,
+    first_run: int,
 ) -> list[str]:
     """Rows per CPU-second of ``records``, ClickHouse decoding them and Python decoding them."""
     what = "samples" if spec is GPU_SAMPLES else "rows"

@@ -81,7 +81,9 @@ def committed_rows(spec: TopicSpec, consumer: Consumer) -> int:
             if error is None:
                 rows += 1
             elif error.code() == KafkaError._PARTITION_EOF:
-                ends.add(message.partition())
+                partition = message.partition()
+                assert partition is not None, "a partition EOF names its partition"
+                ends.add(partition)
     consumer.unassign()
     return rows
 

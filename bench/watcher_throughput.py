@@ -17,9 +17,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes.client import Configuration
 
+from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
 from gpulens.producers.kubernetes import (
     GpuCatalog,
@@ -36,7 +38,7 @@ from gpulens.schemas.wire.codec import AvroCodec, registry_client
 from gpulens.testing.fake_kube import FakeKube
 
 
-def _pod(i: int) -> dict:
+def _pod(i: int) -> dict[str, Any]:
     return {
         "metadata": {"name": f"p{i}", "namespace": "bench", "labels": {"app": "train", "i": str(i)}},
         "spec": {
@@ -50,7 +52,7 @@ def _pod(i: int) -> dict:
 
 
 def _watcher(
-    kube: FakeKube, settings, codec: AvroCodec, cluster: str
+    kube: FakeKube, settings: GPULensSettings, codec: AvroCodec, cluster: str
 ) -> tuple[Watcher, EventPublisher, KubeApi]:
     watcher_settings = WatcherSettings(lease=LeaseSettings(enabled=False))
     api = KubeApi(Configuration(host=kube.url))

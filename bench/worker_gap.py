@@ -28,7 +28,7 @@ from gpulens.config import GPULensSettings
 from gpulens.platform import private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.model.ids import event_id
-from gpulens.schemas.model.models import ChangeType, Watermark
+from gpulens.schemas.model.models import ChangeType, NodeEvent, PodEvent, Watermark
 from gpulens.schemas.model.topics import (
     CLUSTER_ALLOCATION,
     CLUSTER_OVERVIEW,
@@ -48,20 +48,21 @@ CLUSTER = "gap"
 def publish(settings: GPULensSettings, codec: AvroCodec, nodes: int, gap: timedelta) -> None:
     producer = Producer(settings.kafka.librdkafka(**{"linger.ms": 20}))
     base = example_events(CLUSTER, source="gap", at=START)
+    node_base, pod_base = base[NODES], base[PODS]
+    assert isinstance(node_base, NodeEvent) and isinstance(pod_base, PodEvent)
     records = [
-        (NODES, base[NODES].model_copy(update={"event_id": f"n{n}", "node": f"n{n:05d}"}))
-        for n in range(nodes)
+        (NODES, node_base.model_copy(update={"event_id": f"n{n}", "node": f"n{n:05d}"})) for n in range(nodes)
     ] + [
-        (PODS, base[PODS].model_copy(update={"event_id": f"p{n}", "uid": f"p{n}", "node": f"n{n:05d}"}))
+        (PODS, pod_base.model_copy(update={"event_id": f"p{n}", "uid": f"p{n}", "node": f"n{n:05d}"}))
         for n in range(nodes)
     ]
     end = START + gap
     records.append(
-        (PODS, base[PODS].model_copy(update={"event_id": "gone", "uid": "p0", "node": "n00000",
-                                             "type": ChangeType.DELETED, "event_time": end}))
+        (PODS, pod_base.model_copy(update={"event_id": "gone", "uid": "p0", "node": "n00000",
+                                           "type": ChangeType.DELETED, "event_time": end}))
     )  # fmt: skip
     for spec, record in records:
-        entity = record.node if spec is NODES else record.uid  # type: ignore[union-attr]
+        entity = record.node if isinstance(record, NodeEvent) else record.uid
         producer.produce(spec.name, key=entity_key(CLUSTER, entity), value=codec.encode(spec, record))
     final = Watermark(
         event_id=event_id(CLUSTER, "final"), cluster=CLUSTER, event_time=end, source="gap", final=True
