@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpulens.consumers.clickhouse.client import get_client
-from gpulens.consumers.clickhouse.migrating import load_migrations, migrate
+from gpulens.consumers.clickhouse.migrating import SAMPLES_MERGE_BASE, load_migrations, migrate
 from gpulens.consumers.clickhouse.queries import ADAPTER_VIEWS, DERIVED_TABLES
 from gpulens.consumers.clickhouse.rows import INTAKE_TABLES, TABLES
 
@@ -15,7 +15,10 @@ def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique)
     first = migrate(settings, samples_ttl_days=30)
     second = migrate(settings, samples_ttl_days=30)
 
-    assert first == [f"applied {m.name}" for m in load_migrations()]
+    assert first == [
+        *(f"applied {m.name}" for m in load_migrations()),
+        f"gpu_samples merges about {SAMPLES_MERGE_BASE} parts of a size at once",
+    ]
     assert second == []
     client = get_client(settings, database=settings.database)
     recorded = client.query("SELECT version, name FROM schema_migrations ORDER BY version").result_rows
@@ -46,6 +49,29 @@ def test_changing_the_samples_ttl_is_applied_once(platform, unique) -> None:
         f"SELECT engine_full FROM system.tables WHERE database = 'ttl_{unique}' AND name = 'gpu_samples'"
     )
     assert "toIntervalDay(7)" in engine
+
+
+def test_gpu_samples_merge_wider_than_clickhouses_default(platform, unique) -> None:
+    settings = platform.clickhouse.model_copy(update={"database": f"width_{unique}"})
+    migrate(settings, samples_ttl_days=30)
+
+    engine = get_client(settings).command(
+        f"SELECT engine_full FROM system.tables WHERE database = 'width_{unique}' AND name = 'gpu_samples'"
+    )
+    assert f"merge_selector_base = {SAMPLES_MERGE_BASE}" in engine
+
+
+def test_an_operators_own_merge_width_for_gpu_samples_stays(platform, unique) -> None:
+    settings = platform.clickhouse.model_copy(update={"database": f"own_{unique}"})
+    migrate(settings, samples_ttl_days=30)
+    client = get_client(settings, database=settings.database)
+    client.command("ALTER TABLE gpu_samples MODIFY SETTING merge_selector_base = 8")
+
+    assert migrate(settings, samples_ttl_days=30) == []
+    engine = client.command(
+        "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = 'gpu_samples'"
+    )
+    assert "merge_selector_base = 8" in engine
 
 
 def test_samples_of_a_past_trace_outlive_merges_the_ttl_counts_from_insertion(platform, unique) -> None:
