@@ -36,9 +36,10 @@ engine shows it as ``toIntervalDay(N)``."""
 SAMPLES_MERGE_BASE = 20
 """gpu_samples' ``merge_selector_base`` (ClickHouse's default 5, "expert level"): how many parts
 of a similar size a merge waits for. The sink inserts a part about every second, and each
-row is merged again at every level: at 50,000 rows/s into a copy of the table (chDB, 240 s) the
-merge threads took 24.8 % of a core with 5 and 10.9 % with 20 (README, "Merges of gpu_samples"),
-the table holding a few more, larger parts meanwhile (17 at the end against 4)."""
+row is merged again at every level: at 50,000 rows/s into a copy of the table for 600 s
+(``python -m bench.sample_merges``) the merge threads took 32.7 % of a core with 5 and 21.3 % with
+20, the table holding more parts meanwhile (18 at the end against 7) and the process up to 50 MB
+more while 20 parts merge at once."""
 _CREATED_SAMPLES_TTL = "toDateTime(event_time) + INTERVAL {days} DAY"
 """The TTL 0003 created gpu_samples with, before the table had ``inserted_at`` (0010)."""
 
