@@ -4,8 +4,8 @@
 
 The end-to-end figures are CPU-bound on 2 cores, and the machines this bench runs on differ: on
 2026-12-02 ``python -m bench.sample_decode`` read a batch by column in 28.4 µs where the README's
-figure, from an earlier machine, is 10.8, and the same commit that held 100,000 GPUs at p99 2.6 s
-the day before fell behind. A fixed loop of pure Python in a fresh interpreter (best of three,
+figure, from an earlier machine, is 10.8, and code that held 100,000 GPUs at p99 2.6 s on the
+earlier machine that morning fell behind. A fixed loop of pure Python in a fresh interpreter (best of three,
 CPU seconds, so other work on the machine counts only as far as it slows the core itself) tells
 which kind of machine a figure came from. ``bench.e2e_scale`` prints it before each size.
 """
