@@ -54,10 +54,10 @@ def _broker(tmp_path: Path, save_share: float) -> Iterator[tuple[ServiceManager,
 
 
 def _saves(
-    services: ServiceManager, tmp_path: Path, servers: str, seconds: float
+    services: ServiceManager, tmp_path: Path, servers: str, seconds: float, enough: int | None = None
 ) -> list[tuple[float, float]]:
     """(wall time, the saving thread's CPU seconds) at each save while records were produced
-    for ``seconds``."""
+    for ``seconds``, or until ``enough`` saves were seen."""
     pid = services.status("kafka").pid
     assert pid is not None
     saving = thread_named(pid, "autosave")
@@ -67,7 +67,7 @@ def _saves(
     saves: list[tuple[float, float]] = []
     last = snapshot.stat().st_ino if snapshot.exists() else None
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and (enough is None or len(saves) < enough):
         for _ in range(20):
             producer.produce(TOPIC, os.urandom(200))
         producer.poll(0)
@@ -101,8 +101,9 @@ def test_a_broker_holding_much_pauses_for_its_saves_cost(tmp_path: Path) -> None
     """Paced at a share of 0.2, the pause after a save lasts four times the CPU it took."""
     share = 0.2
     with _broker(tmp_path, save_share=share) as (services, _, servers):
-        _fill(servers, megabytes=30)  # a save then takes about a CPU-second here
-        saves = _saves(services, tmp_path, servers, seconds=18)
+        _fill(servers, megabytes=30)  # a save then takes one to two CPU-seconds
+        # Three saves are two paced pauses: up to ~8 s each where a save takes 1.5 CPU-s.
+        saves = _saves(services, tmp_path, servers, seconds=60, enough=3)
     assert len(saves) >= 3, f"saves at {saves}"
     costly = 0
     for (_, before), (at, cpu), (next_at, _) in zip(saves, saves[1:], saves[2:], strict=False):
