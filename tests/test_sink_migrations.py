@@ -5,7 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpulens.consumers.clickhouse.client import get_client
-from gpulens.consumers.clickhouse.migrating import SAMPLES_MERGE_BASE, load_migrations, migrate
+from gpulens.consumers.clickhouse.migrating import (
+    MERGE_SELECTOR_BASE,
+    load_migrations,
+    merges_widened,
+    migrate,
+)
 from gpulens.consumers.clickhouse.queries import ADAPTER_VIEWS, DERIVED_TABLES
 from gpulens.consumers.clickhouse.rows import INTAKE_TABLES, TABLES
 
@@ -15,12 +20,12 @@ def test_migrate_twice_is_migrate_once_and_creates_every_table(platform, unique)
     first = migrate(settings, samples_ttl_days=30)
     second = migrate(settings, samples_ttl_days=30)
 
+    client = get_client(settings, database=settings.database)
     assert first == [
         *(f"applied {m.name}" for m in load_migrations()),
-        f"gpu_samples merges about {SAMPLES_MERGE_BASE} parts of a size at once",
+        merges_widened(len(_merge_tree_engines(client))),
     ]
     assert second == []
-    client = get_client(settings, database=settings.database)
     recorded = client.query("SELECT version, name FROM schema_migrations ORDER BY version").result_rows
     assert recorded == [(m.version, m.name) for m in load_migrations()], "recorded once each"
     columns: dict[str, list[str]] = {}
@@ -51,27 +56,55 @@ def test_changing_the_samples_ttl_is_applied_once(platform, unique) -> None:
     assert "toIntervalDay(7)" in engine
 
 
-def test_gpu_samples_merge_wider_than_clickhouses_default(platform, unique) -> None:
+def _merge_tree_engines(client) -> dict[str, str]:
+    """engine_full of each MergeTree table of the client's database."""
+    return dict(
+        client.query(
+            "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() "
+            "AND engine LIKE '%MergeTree'"
+        ).result_rows
+    )
+
+
+def test_every_table_merges_wider_than_clickhouses_default(platform, unique) -> None:
     settings = platform.clickhouse.model_copy(update={"database": f"width_{unique}"})
     migrate(settings, samples_ttl_days=30)
 
-    engine = get_client(settings).command(
-        f"SELECT engine_full FROM system.tables WHERE database = 'width_{unique}' AND name = 'gpu_samples'"
-    )
-    assert f"merge_selector_base = {SAMPLES_MERGE_BASE}" in engine
+    engines = _merge_tree_engines(get_client(settings, database=settings.database))
+    assert {"gpu_samples", "pods", "workloads", "containers"} <= set(engines)
+    narrow = [
+        name
+        for name, engine in engines.items()
+        if f"merge_selector_base = {MERGE_SELECTOR_BASE}" not in engine
+    ]
+    assert narrow == []
 
 
-def test_an_operators_own_merge_width_for_gpu_samples_stays(platform, unique) -> None:
+def test_an_operators_own_merge_width_stays(platform, unique) -> None:
     settings = platform.clickhouse.model_copy(update={"database": f"own_{unique}"})
     migrate(settings, samples_ttl_days=30)
     client = get_client(settings, database=settings.database)
-    client.command("ALTER TABLE gpu_samples MODIFY SETTING merge_selector_base = 8")
+    for table in ("gpu_samples", "pods"):
+        client.command(f"ALTER TABLE {table} MODIFY SETTING merge_selector_base = 8")
 
     assert migrate(settings, samples_ttl_days=30) == []
-    engine = client.command(
-        "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = 'gpu_samples'"
-    )
-    assert "merge_selector_base = 8" in engine
+    engines = _merge_tree_engines(client)
+    assert "merge_selector_base = 8" in engines["gpu_samples"]
+    assert "merge_selector_base = 8" in engines["pods"]
+
+
+def test_a_database_that_widened_only_gpu_samples_widens_the_rest_once(platform, unique) -> None:
+    """Migrated before every table was widened: the next migrate sets the others, and only once."""
+    settings = platform.clickhouse.model_copy(update={"database": f"rest_{unique}"})
+    migrate(settings, samples_ttl_days=30)
+    client = get_client(settings, database=settings.database)
+    for table in ("pods", "workloads"):
+        client.command(f"ALTER TABLE {table} RESET SETTING merge_selector_base")
+    assert "merge_selector_base" not in _merge_tree_engines(client)["pods"]
+
+    assert migrate(settings, samples_ttl_days=30) == [merges_widened(2)]
+    assert migrate(settings, samples_ttl_days=30) == []
+    assert f"merge_selector_base = {MERGE_SELECTOR_BASE}" in _merge_tree_engines(client)["workloads"]
 
 
 def test_samples_of_a_past_trace_outlive_merges_the_ttl_counts_from_insertion(platform, unique) -> None:

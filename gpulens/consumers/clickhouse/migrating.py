@@ -7,8 +7,8 @@ statements ran; one whose file changed after it was applied is an error (add a n
 ``$name`` placeholders take values from the settings: ``$samples_ttl`` (0003, the TTL gpu_samples
 was created with, by event time) and ``$samples_ingest_ttl`` (0010, by insertion time, what it
 is since); the gpu_samples TTL is re-applied whenever the setting no longer matches the table.
-gpu_samples also gets :data:`SAMPLES_MERGE_BASE` as its ``merge_selector_base`` where the server
-has that setting and the table sets none of its own (:func:`_widen_sample_merges`).
+Every MergeTree table gets :data:`MERGE_SELECTOR_BASE` as its ``merge_selector_base`` where the
+server has that setting and the table sets none of its own (:func:`_widen_merges`).
 """
 
 from __future__ import annotations
@@ -27,19 +27,30 @@ from gpulens.consumers.clickhouse.client import get_client
 from gpulens.consumers.clickhouse.exceptions import MigrationError, translate
 from gpulens.consumers.clickhouse.settings import ClickHouseSettings
 
-__all__ = ["MIGRATIONS_DIR", "Migration", "load_migrations", "migrate"]
+__all__ = [
+    "MERGE_SELECTOR_BASE",
+    "MIGRATIONS_DIR",
+    "Migration",
+    "load_migrations",
+    "merges_widened",
+    "migrate",
+]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SAMPLES_TTL = "inserted_at + INTERVAL {days} DAY"
 """TTL of gpu_samples, from when a row was inserted (a replay of old samples stays); the table's
 engine shows it as ``toIntervalDay(N)``."""
-SAMPLES_MERGE_BASE = 20
-"""gpu_samples' ``merge_selector_base`` (ClickHouse's default 5, "expert level"): how many parts
-of a similar size a merge waits for. The sink inserts a part about every second, and each
-row is merged again at every level: at 50,000 rows/s into a copy of the table for 600 s
-(``python -m bench.sample_merges``) the merge threads took 32.7 % of a core with 5 and 21.3 % with
-20, the table holding more parts meanwhile (18 at the end against 7) and the process up to 50 MB
-more while 20 parts merge at once."""
+MERGE_SELECTOR_BASE = 20
+"""Every table's ``merge_selector_base`` (ClickHouse's default 5, "expert level"): how many parts
+of a similar size a merge waits for. The sink inserts a part into each table it writes about
+every second, and each row is merged again at every level. At 50,000 rows/s into a copy of
+gpu_samples for 600 s (``python -m bench.sample_merges``) the merge threads took 32.7 % of a core
+with 5 and 21.3 % with 20, the table holding more parts meanwhile (18 at the end against 7) and
+the process up to 50 MB more while 20 parts merge at once. The small tables (pods, workloads,
+containers and their events: thousands of rows, a part a second) merged their one large part
+again with each few new ones: at 30,000 GPUs (``python -m bench.e2e_scale``) the holder's merge
+threads took 11.0 % of a core with 5 on them and 3.9 % with 20, each table holding 13 parts at
+most."""
 _CREATED_SAMPLES_TTL = "toDateTime(event_time) + INTERVAL {days} DAY"
 """The TTL 0003 created gpu_samples with, before the table had ``inserted_at`` (0010)."""
 
@@ -130,8 +141,8 @@ def migrate(settings: ClickHouseSettings, *, samples_ttl_days: int) -> list[str]
         done.append(f"applied {migration.name}")
     if _set_samples_ttl(client, samples_ttl_days):
         done.append(f"gpu_samples TTL set to {samples_ttl_days} days")
-    if _widen_sample_merges(client):
-        done.append(f"gpu_samples merges about {SAMPLES_MERGE_BASE} parts of a size at once")
+    if widened := _widen_merges(client):
+        done.append(merges_widened(widened))
     return done
 
 
@@ -143,19 +154,33 @@ def _set_samples_ttl(client: Client, days: int) -> bool:
     return True
 
 
-def _widen_sample_merges(client: Client) -> bool:
-    """Set gpu_samples' ``merge_selector_base`` to :data:`SAMPLES_MERGE_BASE`, once: not on a
-    server without the setting (older ClickHouse), nor where the table sets it already (an
-    operator's own choice stays)."""
-    known = _rows(client, "SELECT count() FROM system.merge_tree_settings WHERE name = 'merge_selector_base'")
-    if not known or known[0][0] == 0 or "merge_selector_base" in _samples_engine(client):
-        return False
-    _run(
-        client,
-        f"ALTER TABLE gpu_samples MODIFY SETTING merge_selector_base = {SAMPLES_MERGE_BASE}",
-        "gpu_samples merge_selector_base",
+def merges_widened(tables: int) -> str:
+    """``migrate``'s line for ``tables`` tables given :data:`MERGE_SELECTOR_BASE`."""
+    return (
+        f"{tables} {'table merges' if tables == 1 else 'tables merge'} about {MERGE_SELECTOR_BASE} "
+        "parts of a size at once"
     )
-    return True
+
+
+def _widen_merges(client: Client) -> int:
+    """Set :data:`MERGE_SELECTOR_BASE` as ``merge_selector_base`` of every MergeTree table of the
+    database, once: not on a server without the setting (older ClickHouse), nor on a table that
+    sets it already (an operator's own choice stays). How many tables were set."""
+    known = _rows(client, "SELECT count() FROM system.merge_tree_settings WHERE name = 'merge_selector_base'")
+    if not known or known[0][0] == 0:
+        return 0
+    tables = _rows(
+        client,
+        "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine LIKE '%MergeTree' "
+        "AND position(engine_full, 'merge_selector_base') = 0 ORDER BY name",
+    )
+    for (table,) in tables:
+        _run(
+            client,
+            f"ALTER TABLE `{table}` MODIFY SETTING merge_selector_base = {MERGE_SELECTOR_BASE}",
+            f"{table} merge_selector_base",
+        )
+    return len(tables)
 
 
 def _samples_engine(client: Client) -> str:
