@@ -11,10 +11,10 @@ temporary directory):
 3. it reads the CPU seconds (utime + stime of ``/proc/PID/stat``) of every process ``up``
    started, the broker included, over ``--idle-s`` seconds;
 4. latency when data resumes: it publishes one node record at a time and times how long the
-   sink's group takes to commit past it (the sink writes a batch within ``batch_seconds`` = 1 s
-   of its first record), ``--probes`` times after a quiet spell of 5 s (the consumers' idle
-   delay at its longest) and as many times as soon as the sink committed past the previous
-   one;
+   sink's group takes to commit past it (the sink writes node rows within
+   ``state_batch_seconds``, 5 s by default, of the batch's first record), ``--probes`` times
+   after a quiet spell of 5 s (the consumers' idle delay at its longest) and as many times as
+   soon as the sink committed past the previous one;
 5. the baseline: with the pipeline stopped, a bare confluent-kafka consumer assigned every
    partition of the catalog at its end (no pausing, librdkafka's defaults) idles on the same
    broker for as long, and the broker's and its CPU are read the same way;
@@ -152,7 +152,10 @@ def main() -> None:
             sink = settings.sink.group_id
             quiet = resume_latency(settings, sink, quiet_s=5.0, probes=args.probes)
             busy = resume_latency(settings, sink, quiet_s=0.0, probes=args.probes)
-            print("\nlatency to the sink's commit (it writes within batch_seconds = 1 s):")
+            print(
+                "\nlatency to the sink's commit (it writes node rows within "
+                f"state_batch_seconds = {settings.sink.state_batch_seconds:g} s):"
+            )
             for case, waited in (("after 5 s quiet", quiet), ("right after the last", busy)):
                 print(f"  {case:<20} median {statistics.median(waited):.2f} s, max {max(waited):.2f} s")
             services = manager(settings)

@@ -6,6 +6,7 @@ a temporary directory. Tests isolate themselves by topic, subject and database n
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,10 @@ from gpulens.infra.launching import ServiceManager
 from gpulens.platform import manager, private_platform
 from gpulens.schemas.kafka.topic_admin import create_topics
 from gpulens.schemas.wire.codec import AvroCodec, registry_client
+
+# The sinks the tests start as processes write the small tables every second, as GPU samples
+# (5 s by default): tests wait for those rows, and tests/test_sink_cadence.py covers the two paces.
+os.environ.setdefault("GPULENS_SINK__STATE_BATCH_SECONDS", "1")
 
 # The replayed demo data and its `gpulens api` process (fixture ``demo``), built once per session
 # for both the API's tests and the console's.

@@ -30,7 +30,9 @@ from gpulens.testing.examples import example_events
 GPUS = 8
 """GPUs in each batch of :func:`sample_batches`."""
 
-FAST = SinkSettings(batch_rows=20_000, batch_seconds=0.3, retry_backoff_s=(0.1, 0.2, 0.5))
+FAST = SinkSettings(
+    batch_rows=20_000, batch_seconds=0.3, state_batch_seconds=0.3, retry_backoff_s=(0.1, 0.2, 0.5)
+)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

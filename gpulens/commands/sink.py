@@ -17,6 +17,11 @@ from gpulens.schemas.model.topics import CATALOG
     type=click.FloatRange(min=0, min_open=True),
     help="Oldest age of a batch [sink.batch_seconds].",
 )
+@click.option(
+    "--state-batch-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Oldest age of a batch of everything but GPU samples [sink.state_batch_seconds].",
+)
 @click.option("--group", "group_id", help="Consumer group [sink.group_id]; one group per database.")
 @click.option(
     "--shard",
@@ -39,8 +44,8 @@ def sink(
     """Write every catalog topic into ClickHouse tables (clickhouse.database), until SIGTERM/Ctrl-C.
 
     Applies the migrations first (waiting for ClickHouse if it is away), then consumes, writes
-    batches bounded by rows and age, and commits Kafka offsets only after ClickHouse accepted
-    a batch. On SIGTERM/Ctrl-C the batch in hand is written and committed before it exits.
+    batches bounded by rows and age (GPU samples every --batch-seconds, the other tables every
+    --state-batch-seconds), and commits Kafka offsets only after ClickHouse accepted a batch. On SIGTERM/Ctrl-C the batch in hand is written and committed before it exits.
     To spread the load, run N sinks of one group with --shard 0/N ... N-1/N (a killed one is
     restarted with its own shard: nothing is lost or stored twice).
     """
@@ -64,7 +69,7 @@ def sink(
         metrics=Metrics(metrics_port, metrics_host),
         banner=f"sink: {settings.kafka.bootstrap_servers} -> {settings.clickhouse.url} "
         f"database {settings.clickhouse.database}, batches of {options.batch_rows} rows / "
-        f"{options.batch_seconds} s, shard {shard}",
+        f"{options.batch_seconds} s (the other tables {options.state_batch_seconds} s), shard {shard}",
         tuned=True,
     )
 

@@ -54,6 +54,15 @@ class SinkSettings(BaseModel):
         gt=0,
         description="Write a batch at the latest this long after its first record (latency vs insert size).",
     )
+    state_batch_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "Write the tables of everything but GPU samples (pods, workloads, nodes, containers, their "
+            "events) at the latest this long after their first record: each write costs ClickHouse a "
+            "part per table and its merges however few rows it holds (python -m bench.insert_cost)."
+        ),
+    )
     retry_backoff_s: tuple[float, ...] = Field(
         default=(0.2, 0.5, 1.0, 2.0, 5.0),
         min_length=1,

@@ -9,8 +9,11 @@ ClickHouse as they are (``FORMAT AvroConfluent``, see
 faster than the Python reader. A set of values ClickHouse refuses is split in halves and
 retried; once a refused part is small, the Python decoder decides each of its records: a bad
 one goes to the DLQ with that decoder's reason, exactly as when the sink decoded everything,
-and the good ones are written as rows. A batch is written table by table, and the Kafka offsets of
-everything in it are committed only after ClickHouse accepted every insert. A crash between
+and the good ones are written as rows. GPU samples and every other topic are batched apart: samples are written every
+``batch_seconds``, the small tables (pods, workloads, containers, nodes, their events) every
+``state_batch_seconds``, since each write costs ClickHouse a part per table however few rows it
+holds. A batch is written table by table, and the Kafka offsets of its topics are committed only
+after ClickHouse accepted every insert (every topic's, when the other batch holds nothing). A crash between
 the two re-delivers the batch: ReplacingMergeTree keys (versions, event ids) store it once,
 and a retried insert carries the same ``insert_deduplication_token`` (built from the batch's
 topic/partition/offset ranges), which the engine honours for these tables. A producer event
@@ -23,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
@@ -42,7 +45,8 @@ from gpulens.schemas.kafka.retrying import retry_transient
 from gpulens.schemas.kafka.settings import KafkaSettings
 from gpulens.schemas.kafka.sharding import UNSHARDED, Shard
 from gpulens.schemas.model.ids import event_id
-from gpulens.schemas.model.topics import TopicSpec
+from gpulens.schemas.model.models import GpuSampleBatch
+from gpulens.schemas.model.topics import GPU_SAMPLES, TopicSpec
 from gpulens.schemas.wire.codec import AvroCodec
 
 __all__ = ["Batch", "ClickHouseSink", "run_sink"]
@@ -124,11 +128,9 @@ class Batch:
         spans = sorted(f"{t}/{p}/{first}-{last}" for (t, p), (first, last) in self.ranges.items())
         return event_id(table.name, *spans)
 
-    def ready(self, settings: SinkSettings) -> bool:
-        """Full, or old enough to be written."""
-        return self.row_count >= settings.batch_rows or (
-            bool(self.ranges) and time.monotonic() - self.started >= settings.batch_seconds
-        )
+    def ready(self, rows: int, seconds: float) -> bool:
+        """Holding ``rows`` rows, or a record ``seconds`` old."""
+        return self.row_count >= rows or (bool(self.ranges) and time.monotonic() - self.started >= seconds)
 
 
 class ClickHouseSink:
@@ -141,15 +143,22 @@ class ClickHouseSink:
         settings: SinkSettings,
         *,
         native: dict[str, tuple[Intake, int]] | None = None,
+        samples: frozenset[str] = frozenset({GPU_SAMPLES.name}),
     ) -> None:
         """``native``: topics whose values ClickHouse decodes, with where it takes them and the
-        topic's own writer schema id (values under another id are decoded here)."""
+        topic's own writer schema id (values under another id are decoded here). ``samples``:
+        the topics of GPU samples (written every ``batch_seconds``; the others every
+        ``state_batch_seconds``)."""
         self._consumer = consumer
         self._writer = writer
         self._settings = settings
-        self._batch = Batch()
+        self._samples = Batch()
+        """GPU samples, written every ``batch_seconds``."""
+        self._state = Batch()
+        """Every other topic's rows, written every ``state_batch_seconds``."""
         self._duplicates = DuplicateGuard(settings.duplicate_horizon)
         self._native = native or {}
+        self._sample_topics = samples
 
     def run(self, stop: threading.Event) -> None:
         """Sink until ``stop`` is set, then write and commit the batch in hand."""
@@ -161,19 +170,34 @@ class ClickHouseSink:
             self._consumer.close()
 
     def step(self, timeout: float = 0.2) -> None:
-        """Poll once; write the batch when it is full or due."""
-        room = min(max(self._settings.batch_rows - self._batch.row_count, 1), 5_000)
+        """Poll once; write a batch when it is full or due (both once they hold
+        ``batch_rows`` rows together)."""
+        settings = self._settings
+        held = self._samples.row_count + self._state.row_count
+        room = min(max(settings.batch_rows - held, 1), 5_000)
         for item in self._consumer.poll_undecoded(self._native, room, timeout):
             if isinstance(item, Undecoded):
                 self._add_value(item)
                 continue
             conflict = self._duplicates.conflict(item.record, item.value)
             if conflict is None:
-                self._batch.add(item)
+                self._batch_of(item.topic).add(item)
             else:
                 self._consumer.dead_letter(item, CONFLICTING_DUPLICATE, conflict)
-        if self._batch.ready(self._settings):
-            self.flush()
+        full = self._samples.row_count + self._state.row_count >= settings.batch_rows
+        if full or self._samples.ready(settings.batch_rows, settings.batch_seconds):
+            self._flush_samples()
+        if full or self._state.ready(settings.batch_rows, settings.state_batch_seconds):
+            self._flush_state()
+
+    def _batch_of(self, topic: str) -> Batch:
+        return self._samples if topic in self._sample_topics else self._state
+
+    def _is_samples(self, topic: str) -> bool:
+        return topic in self._sample_topics
+
+    def _is_state(self, topic: str) -> bool:
+        return topic not in self._sample_topics
 
     def _add_value(self, item: Undecoded) -> None:
         """Batch ``item`` for ClickHouse to decode, unless it must be decoded here: written under
@@ -185,7 +209,7 @@ class ClickHouseSink:
         if own and (key is None or not self._conflicts(key, item)):
             rows = 1 if intake.rows_after is None else array_length(item.value, intake.rows_after) or 1
             rows = min(rows, len(item.value))
-            self._batch.add_value(intake, item, key, rows)
+            self._batch_of(item.topic).add_value(intake, item, key, rows)
             return
         decoded = self._consumer.decode(item)
         if decoded is None:  # in the DLQ with the decoder's reason
@@ -194,7 +218,7 @@ class ClickHouseSink:
             return
         conflict = self._duplicates.conflict(decoded.record, decoded.value)
         if conflict is None:
-            self._batch.add(decoded)
+            self._batch_of(decoded.topic).add(decoded)
         else:
             self._consumer.dead_letter(decoded, CONFLICTING_DUPLICATE, conflict)
 
@@ -205,18 +229,32 @@ class ClickHouseSink:
         ``item`` is the first instead. A first of an earlier batch decoded, or was forgotten."""
         if self._duplicates.conflict_of(key, item.value) is None:
             return False
-        first = self._batch.firsts.get(key)
+        batch = self._batch_of(item.topic)
+        first = batch.firsts.get(key)
         if first is None or self._consumer.decode(first[1]) is not None:
             return True
-        self._batch.drop_first(key)
+        batch.drop_first(key)
         self._duplicates.forget(key, first[1].value)
         return self._duplicates.conflict_of(key, item.value) is not None
 
     def flush(self, *, wait: bool = False) -> None:
-        """Write every table of the batch, then commit its offsets: in the background while
-        sinking (a failed commit loses nothing: the records come again, and the insert tokens
-        store them once), waiting for the broker's answer with ``wait`` (the last batch)."""
-        batch, self._batch = self._batch, Batch()
+        """Write both batches and commit everything polled."""
+        self._flush_samples(wait=wait)
+        self._flush_state(wait=wait)
+
+    def _flush_samples(self, *, wait: bool = False) -> None:
+        batch, self._samples = self._samples, Batch()
+        self._write(batch, wait=wait, only=None if not self._state.ranges else self._is_samples)
+
+    def _flush_state(self, *, wait: bool = False) -> None:
+        batch, self._state = self._state, Batch()
+        self._write(batch, wait=wait, only=None if not self._samples.ranges else self._is_state)
+
+    def _write(self, batch: Batch, *, wait: bool, only: Callable[[str], bool] | None) -> None:
+        """Write every table of ``batch``, then commit the offsets of the topics ``only`` takes
+        (all, when the other batch holds nothing): in the background while sinking (a failed
+        commit loses nothing: the records come again, and the insert tokens store them once),
+        waiting for the broker's answer with ``wait`` (the last batch)."""
         if not batch.ranges:
             return
         for intake, items in batch.values.items():
@@ -227,7 +265,7 @@ class ClickHouseSink:
         for topic, count in batch.records.items():
             RECORDS.labels(topic).inc(count)
         try:
-            self._consumer.commit(wait=wait)
+            self._consumer.commit(wait=wait, only=only)
         except ConsumeError as err:
             # Stored but not committed: it comes again after a restart or rebalance, stored once.
             UNCOMMITTED.inc()
@@ -338,7 +376,8 @@ def run_sink(
     )  # fmt: skip
     lag = LagMonitor(kafka, group, start).start()
     try:
-        ClickHouseSink(consumer, writer, settings, native=native).run(stop)
+        samples = frozenset(t.name for t in topics if t.record is GpuSampleBatch)
+        ClickHouseSink(consumer, writer, settings, native=native, samples=samples).run(stop)
     finally:
         lag.stop()
 
