@@ -45,9 +45,10 @@ def sink(
 
     Applies the migrations first (waiting for ClickHouse if it is away), then consumes, writes
     batches bounded by rows and age (GPU samples every --batch-seconds, the other tables every
-    --state-batch-seconds), and commits Kafka offsets only after ClickHouse accepted a batch. On SIGTERM/Ctrl-C the batch in hand is written and committed before it exits.
-    To spread the load, run N sinks of one group with --shard 0/N ... N-1/N (a killed one is
-    restarted with its own shard: nothing is lost or stored twice).
+    --state-batch-seconds), and commits Kafka offsets only after ClickHouse accepted a batch.
+    On SIGTERM/Ctrl-C the batches in hand are written and committed before it exits. To spread
+    the load, run N sinks of one group with --shard 0/N ... N-1/N (a killed one is restarted
+    with its own shard: nothing is lost or stored twice).
     """
     from gpulens.consumers.clickhouse.sinking import run_sink
 

@@ -9,16 +9,17 @@ ClickHouse as they are (``FORMAT AvroConfluent``, see
 faster than the Python reader. A set of values ClickHouse refuses is split in halves and
 retried; once a refused part is small, the Python decoder decides each of its records: a bad
 one goes to the DLQ with that decoder's reason, exactly as when the sink decoded everything,
-and the good ones are written as rows. GPU samples and every other topic are batched apart: samples are written every
-``batch_seconds``, the small tables (pods, workloads, containers, nodes, their events) every
-``state_batch_seconds``, since each write costs ClickHouse a part per table however few rows it
-holds. A batch is written table by table, and the Kafka offsets of its topics are committed only
-after ClickHouse accepted every insert (every topic's, when the other batch holds nothing). A crash between
-the two re-delivers the batch: ReplacingMergeTree keys (versions, event ids) store it once,
-and a retried insert carries the same ``insert_deduplication_token`` (built from the batch's
-topic/partition/offset ranges), which the engine honours for these tables. A producer event
-whose ``event_id`` the sink saw recently with other content is dead-lettered as
-``conflicting-duplicate`` instead (:mod:`gpulens.consumers.clickhouse.duplicates`): the first row stays.
+and the good ones are written as rows. GPU samples and every other topic are batched apart:
+samples are written every ``batch_seconds``, the small tables (pods, workloads, containers,
+nodes, their events) every ``state_batch_seconds``, since each write costs ClickHouse a part per
+table however few rows it holds. A batch is written table by table, and the Kafka offsets of its
+topics are committed only after ClickHouse accepted every insert (every topic's, when the other
+batch holds nothing). A crash between the two re-delivers the batch: ReplacingMergeTree keys
+(versions, event ids) store it once, and a retried insert carries the same
+``insert_deduplication_token`` (built from the batch's topic/partition/offset ranges), which the
+engine honours for these tables. A producer event whose ``event_id`` the sink saw recently
+with other content is dead-lettered as ``conflicting-duplicate`` instead
+(:mod:`gpulens.consumers.clickhouse.duplicates`): the first row stays.
 """
 
 from __future__ import annotations
