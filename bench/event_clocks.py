@@ -73,11 +73,8 @@ def main() -> None:
         offset += heard_per_step + marks_per_step
         ends = dict.fromkeys(partitions, offset)
         if clocks.wants_barrier:
-            asked: list[int] = []
-            clocks.barrier(ends, asked.append)
-            for at_ms in asked:  # the broker's answers, as the worker hands them over
-                clocks.lower(at_ms, ends)
-        clocks.settle(ends)
+            clocks.barrier(ends)
+        clocks.settle(ends, dict.fromkeys(partitions, event_ms))
         clocks.limit("c")
         clocks.ended("c")
         t3 = time.process_time()

@@ -20,16 +20,9 @@ NODES, PODS = ("nodes", 0), ("pods", 0)
 TIMEOUT = 10.0
 
 
-def started(
-    clock: ManualClock, *sources: str, lateness_ms: int = 0, wall_clock: ManualClock | None = None
-) -> EventClocks:
+def started(clock: ManualClock, *sources: str, lateness_ms: int = 0) -> EventClocks:
     """Clocks of cluster ``c`` whose ``sources`` have spoken, past the start's wait."""
-    clocks = EventClocks(
-        source_timeout_s=TIMEOUT,
-        allowed_lateness_ms=lateness_ms,
-        clock=clock,
-        **({} if wall_clock is None else {"wall_clock": wall_clock}),
-    )
+    clocks = EventClocks(source_timeout_s=TIMEOUT, allowed_lateness_ms=lateness_ms, clock=clock)
     for source in sources:
         clocks.heard("c", source)
     clock.now += TIMEOUT
@@ -101,110 +94,79 @@ def test_end_offsets_asked_in_the_background_are_the_barrier_only_of_watermarks_
 
 
 def test_a_watermark_read_during_a_backlog_waits_only_for_what_was_stamped_before_it() -> None:
-    """Catching up, the watermarks are read long before the data: each takes effect once the
-    partitions are fetched to where records stamped after it (plus the clock skew) begin, as
-    soon as the broker, asked in the background, has said where that is."""
+    """Catching up, the watermarks are read long before the data: each takes effect once every
+    partition is fetched past a record stamped after it (plus the clock skew), long before the
+    backlog's end."""
     clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
-    asked: list[int] = []
-    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append)  # the backlog's end
-    assert asked and asked[0] >= 50_000 + CLOCK_SKEW_MS, "the bound leaves room for the clocks' skew"
-    clocks.settle({NODES: 40, PODS: 60})
-    assert clocks.limit("c") < 1_000, "until the broker answers, the end offsets are the barrier"
-    clocks.lower(asked[0], {NODES: 40, PODS: 60})  # where records stamped from then begin
-    clocks.settle({NODES: 40, PODS: 60})
+    clocks.barrier({NODES: 5_000, PODS: 9_000})  # the backlog's end
+    clocks.settle({NODES: 40, PODS: 60}, {NODES: 51_900, PODS: 53_000})
+    assert clocks.limit("c") < 1_000, "nodes may still hold a record its source stamped before it"
+    clocks.settle({NODES: 41, PODS: 60}, {NODES: 52_000, PODS: 53_000})
     assert clocks.limit("c") == 1_000, "not the whole backlog: only what came before it"
 
 
-@pytest.mark.parametrize(("read_at_s", "asked"), [(52.999, False), (53.0, True)])
-def test_the_broker_is_asked_by_time_only_once_the_skew_allowance_has_passed(
-    read_at_s: float, asked: bool
-) -> None:
-    """A watermark produced at 50 s bounds its barrier by records stamped from 53 s on (the
-    skew allowance, rounded up to a second): none exists before then, so a worker reading it
-    sooner (keeping up) takes the end offsets without asking the broker."""
-    wall = ManualClock()
-    clocks = started(ManualClock(), "agent", wall_clock=wall)
-    wall.now = read_at_s
+@pytest.mark.parametrize(
+    ("stamped_ms", "vouched"), [(50_000 + CLOCK_SKEW_MS - 1, False), (50_000 + CLOCK_SKEW_MS, True)]
+)
+def test_a_record_brings_the_barrier_down_only_past_the_clocks_skew(stamped_ms: int, vouched: bool) -> None:
+    """Another producer's clock may run behind the watermark's by up to CLOCK_SKEW_MS: a record
+    stamped within that of the watermark's production may still precede its source's records."""
+    clocks = started(ManualClock(), "agent")
     clocks.watermark("c", "agent", 1_000, final=False, produced_ms=50_000)
-    questions: list[int] = []
-    clocks.barrier({NODES: 5, PODS: 7}, questions.append)
-    assert questions == ([53_000] if asked else [])
-    clocks.settle({NODES: 5, PODS: 7})
-    assert clocks.limit("c") == 1_000, "the end offsets seen after it are its barrier meanwhile"
+    clocks.barrier({NODES: 5_000, PODS: 9_000})
+    clocks.settle({NODES: 40, PODS: 60}, dict.fromkeys((NODES, PODS), stamped_ms))
+    assert (clocks.limit("c") == 1_000) is vouched
 
 
-def test_a_watermark_bound_by_produce_time_never_waits_past_the_end_offsets() -> None:
+def test_a_partition_fetched_to_the_end_offsets_needs_no_later_record() -> None:
+    """A quiet partition (nothing stamped after the watermark) is vouched for by its end."""
     clocks = started(ManualClock(), "replay")
     clocks.watermark("c", "replay", 1_000, final=False, produced_ms=50_000)
-    asked: list[int] = []
-    clocks.barrier({NODES: 5, PODS: 7}, asked.append)
-    clocks.lower(asked[0], {PODS: 900})  # nothing stamped later in nodes
-    clocks.settle({NODES: 5, PODS: 7})
+    clocks.barrier({NODES: 5, PODS: 9_000})
+    clocks.settle({NODES: 5, PODS: 60}, {NODES: 10_000, PODS: 60_000})
     assert clocks.limit("c") == 1_000
 
 
-def test_a_backlog_of_many_seconds_of_produce_time_is_asked_about_once_for_its_newest_second() -> None:
-    """Catching up, one fetch covers many seconds of produce time: the broker, whose answer costs
-    what it holds, is asked once, about the newest instant, which bounds every earlier watermark
-    soundly (only a little later)."""
+def test_a_watermark_without_a_produce_time_waits_for_the_end_offsets() -> None:
+    """Without its own timestamp (a restored watermark, a topic stamped by the broker) nothing
+    says which records came before it: only the end offsets seen after it do."""
+    clocks = started(ManualClock(), "replay")
+    clocks.watermark("c", "replay", 1_000, final=False)
+    clocks.barrier({NODES: 5_000, PODS: 9_000})
+    clocks.settle({NODES: 40, PODS: 60}, {NODES: 90_000, PODS: 90_000})
+    assert clocks.limit("c") < 1_000
+    clocks.settle({NODES: 5_000, PODS: 9_000}, {NODES: 90_000, PODS: 90_000})
+    assert clocks.limit("c") == 1_000
+
+
+def test_watermarks_sharing_a_barrier_take_effect_as_the_fetch_passes_each_of_them() -> None:
+    """A backlog's watermarks of many seconds of produce time share one barrier (one question for
+    the end offsets); each takes effect as soon as the fetch has passed its own instant."""
     clocks = started(ManualClock(), "a", "b", "c")
-    for source, produced_ms in (("a", 50_100), ("b", 57_900), ("c", 53_000)):
-        clocks.watermark("c", source, 1_000, final=False, produced_ms=produced_ms)
-    asked: list[int] = []
-    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append)
-    assert asked == [60_000], "one question, for the newest watermark's second plus the skew"
-    clocks.lower(60_000, {NODES: 40, PODS: 60})
-    clocks.settle({NODES: 40, PODS: 60})
-    assert clocks.time("c") == 1_000, "all three barriers came down to the one answer"
+    for source, at_ms, produced_ms in (("a", 1_000, 50_000), ("b", 2_000, 58_000), ("c", 3_000, 53_000)):
+        clocks.watermark("c", source, at_ms, final=False, produced_ms=produced_ms)
+    clocks.barrier({NODES: 5_000, PODS: 9_000})
+    clocks.settle({NODES: 40, PODS: 60}, {NODES: 55_500, PODS: 56_000})
+    assert clocks.time("c") < 1_000, "b is not vouched for yet: the cluster waits for its first watermark"
+    clocks.settle({NODES: 90, PODS: 120}, {NODES: 60_000, PODS: 60_100})
+    assert clocks.time("c") == 1_000, "a, c and then b: the slowest source sets the time"
 
 
-def test_the_question_asks_about_what_the_consumer_has_nearly_reached_in_produce_time() -> None:
-    """Watermarks of many seconds read at once (a backlog): asking about the newest would bring
-    no barrier down before the whole backlog is read; the question follows the fetch instead
-    (the newest instant a waiting watermark needs up to a second past it; else the oldest)."""
+def test_a_source_s_watermarks_take_effect_in_the_order_read() -> None:
+    """A later watermark vouched for first does not overtake an earlier one of the same source
+    still waiting (its barrier is the end offsets alone)."""
     clock = ManualClock()
-    clocks = started(clock, *"abcd")
-    for source, produced_ms in zip("abcd", (50_000, 51_000, 55_000, 58_000), strict=True):
-        clocks.watermark("c", source, 1_000, final=False, produced_ms=produced_ms)
-    asked: list[int] = []
-    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append, fetched_ms=0)
-    assert asked == [53_000], "nothing fetched yet: the oldest instant waiting"
-    clocks.lower(53_000, {NODES: 40, PODS: 60})
+    clocks = started(clock, "replay")
+    clocks.watermark("c", "replay", 1_000, final=False)
+    clocks.barrier({NODES: 5_000, PODS: 9_000})
     clock.now += BARRIER_EVERY_S
-    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append, fetched_ms=57_200)
-    assert asked == [53_000, 58_000], "b and c (up to a second past the fetch), not d"
-    clocks.lower(58_000, {NODES: 400, PODS: 600})
-    clocks.settle({NODES: 400, PODS: 600})
-    assert clocks.limit("c") < 0, "d waits for the end offsets or a later question"
-    clock.now += BARRIER_EVERY_S
-    clocks.barrier({NODES: 5_000, PODS: 9_000}, asked.append, fetched_ms=60_500)
-    assert asked == [53_000, 58_000, 61_000]
-    clocks.lower(61_000, {NODES: 700, PODS: 900})
-    clocks.settle({NODES: 700, PODS: 900})
-    assert clocks.limit("c") == 1_000
-
-
-def test_one_question_by_time_is_in_flight_and_those_read_meanwhile_are_asked_next() -> None:
-    """A broker slow to answer is not asked again meanwhile: the watermarks read in between keep
-    the end offsets as their barrier and share the next question once the answer is in."""
-    clock = ManualClock()
-    clocks = started(clock, "a", "b")
-    asked: list[int] = []
-    clocks.watermark("c", "a", 1_000, final=False, produced_ms=50_100)
-    clocks.barrier({NODES: 500, PODS: 700}, asked.append)
-    clock.now += BARRIER_EVERY_S
-    clocks.watermark("c", "b", 1_000, final=False, produced_ms=51_900)
-    clocks.barrier({NODES: 800, PODS: 900}, asked.append)
-    assert asked == [53_000], "the first question is still in flight"
-    clocks.lower(53_000, {NODES: 40, PODS: 60})
-    clock.now += BARRIER_EVERY_S
-    assert clocks.wants_barrier, "b waits for a question and none is in flight"
-    clocks.barrier({NODES: 900, PODS: 990}, asked.append)
-    assert asked == [53_000, 54_000]
-    clocks.lower(54_000, {NODES: 70, PODS: 80})
-    clocks.settle({NODES: 70, PODS: 80})
-    assert clocks.time("c") == 1_000, "both barriers came down to an answer"
+    clocks.watermark("c", "replay", 2_000, final=False, produced_ms=50_000)
+    clocks.barrier({NODES: 6_000, PODS: 9_500})
+    clocks.settle({NODES: 40, PODS: 60}, {NODES: 60_000, PODS: 60_000})
+    assert clocks.limit("c") < 1_000
+    clocks.settle({NODES: 5_000, PODS: 9_000}, {NODES: 60_000, PODS: 60_000})
+    assert clocks.limit("c") == 2_000
 
 
 def test_the_slowest_live_source_sets_the_time_and_lateness_is_taken_off() -> None:

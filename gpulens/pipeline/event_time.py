@@ -10,17 +10,17 @@ Rules, per cluster:
 - A watermark read is not trusted at once: records acknowledged before it was produced may
   sit in partitions the consumer has not fetched that far. It takes effect once every input
   partition has been fetched up to its *barrier*: the end offsets asked for after it was
-  read (in one request, in the background), lowered, where the broker can tell, to the first
-  offset stamped ``CLOCK_SKEW_MS`` after the watermark itself was produced (its source stamped
-  its earlier records before it). So a worker catching up on a backlog releases as it reads,
-  instead of holding everything read until the backlog's end: memory follows the skew
-  allowance, not the backlog. The broker is
-  asked in the background, the end offsets standing until it answers, and only once that
-  instant has passed by the worker's clock (before it, nothing is stamped there): asked in
-  line, the question took 15-16 % of the worker's wall time at 100,000 GPUs. One question is
-  in flight at a time, about what the fetch has nearly reached (:meth:`EventClocks.barrier`):
-  one per second of produce time put 27 questions at once on a broker holding a start's
-  backlog, each costing what it holds, and the worker fell further behind.
+  read (in one request, in the background), or, where the partition's records say so, the
+  first record stamped ``CLOCK_SKEW_MS`` after the watermark itself was produced (its source
+  stamped its earlier records before it, and the other producers' clocks agree within the
+  skew). So a worker catching up on a backlog releases as it reads, instead of holding
+  everything read until the backlog's end: memory follows the skew allowance, not the
+  backlog. The second bound needs no question: a partition the worker has fetched a record
+  of stamped at or after that instant is past the first such record, which is where the
+  broker would have said (``ListOffsets`` by time) they begin. Asking the broker instead, one
+  question in flight at a time, cost it what it held per answer, and at 100,000 GPUs the
+  answers came seconds late: a watermark waited on end offsets far ahead of the fetch while
+  the worker held what it read meanwhile (150,000-220,000 records).
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source none of whose
   watermarks has taken effect yet holds the cluster back entirely while its first watermark
@@ -59,9 +59,9 @@ still applied (restamped), one older than it would put long-superseded state bac
 
 Scale: a cluster may have thousands of sources (one per agent: 12,500 at 100,000 GPUs), so no
 worker step costs sources times partitions. End offsets are asked for at most every
-``BARRIER_EVERY_S``, and every watermark read since shares that one barrier (lowered by at most
-one question by time in flight, asked at most as often); each barrier is checked once per
-:meth:`EventClocks.settle`, which visits only the sources with watermarks waiting. A cluster's
+``BARRIER_EVERY_S``, and every watermark read since shares that one barrier; each barrier is
+checked once per :meth:`EventClocks.settle` (what its partitions' records vouch for: one instant),
+which visits only the sources with watermarks waiting. A cluster's
 time is computed once per change of its sources' watermarks (or when a source may have turned
 silent or its grace ended), not per question, and its newest time, asked per record, is kept as
 it moves. A checkpoint writes the sources whose watermark moved, not all of them
@@ -81,6 +81,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from gpulens.pipeline.windows import from_ms
@@ -89,6 +90,7 @@ Partition = tuple[str, int]
 UNBOUNDED = 2**63 - 1
 """The time of a cluster that has ended: everything may go."""
 _NOTHING = -(2**63)
+_NONE_STAMPED: Mapping[tuple[str, int], int] = MappingProxyType({})
 DAY_MS = 86_400_000
 CLOCK_SKEW_MS = 2_000
 """How far producers' clocks may disagree: a record another producer stamped this much later
@@ -204,24 +206,15 @@ class EventClocks:
         source_timeout_s: float = 10.0,
         allowed_lateness_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.source_timeout_s = source_timeout_s
         self.allowed_lateness_ms = allowed_lateness_ms
         self._clock = clock
-        self._wall_clock = wall_clock
-        """Epoch seconds, compared with producers' timestamps (:meth:`barrier`)."""
         self._clusters: dict[str, _Cluster] = {}
         self._waiting: dict[tuple[str, str], tuple[_Cluster, _Source]] = {}
         """Sources with watermarks waiting for their barrier: what :meth:`settle` visits."""
         self._unasked: list[_Pending] = []
         """Watermarks without a barrier yet."""
-        self._unlowered: dict[int, list[_Pending]] = {}
-        """Watermarks whose barrier (end offsets) the broker may bring down, not asked about yet,
-        by the instant a question must ask about (or later) to bring them down (:meth:`barrier`)."""
-        self._lowering: tuple[int, list[_Pending]] | None = None
-        """The one question by time in flight: the instant asked about, and the watermarks whose
-        barrier its answer brings down (:meth:`lower`)."""
         self._asked_at = -math.inf
         """Wall time of the last barrier (end offsets are asked for at most every BARRIER_EVERY_S)."""
         self._moved: set[tuple[str, str]] = set()
@@ -294,11 +287,9 @@ class EventClocks:
 
     @property
     def wants_barrier(self) -> bool:
-        """The last barrier is BARRIER_EVERY_S old and some watermark read has no barrier yet, or
-        some wait for a question by time and none is in flight: the worker should observe end
-        offsets (and may ask)."""
-        waiting = bool(self._unasked) or (bool(self._unlowered) and self._lowering is None)
-        return waiting and self._clock() - self._asked_at >= BARRIER_EVERY_S
+        """The last barrier is BARRIER_EVERY_S old and some watermark read has no barrier yet:
+        the worker should observe end offsets."""
+        return bool(self._unasked) and self._clock() - self._asked_at >= BARRIER_EVERY_S
 
     def asking_ends(self) -> int:
         """The worker asks the broker for end offsets now, in the background: the number of
@@ -306,82 +297,41 @@ class EventClocks:
         self._asked_at = self._clock()
         return len(self._unasked)
 
-    def barrier(
-        self,
-        ends: Mapping[Partition, int],
-        ask: Callable[[int], None] | None = None,
-        *,
-        fetched_ms: int = UNBOUNDED,
-        covers: int | None = None,
-    ) -> None:
+    def barrier(self, ends: Mapping[Partition, int], *, covers: int | None = None) -> None:
         """End offsets of every input partition, observed after the watermarks read so far (the
         first ``covers`` of those waiting for one, where they were asked for in the background:
-        :meth:`asking_ends`): their barrier. ``ask(ms)``: have the broker say where each
-        partition's records stamped at ``ms`` or later begin, in the background; its answer,
-        given to :meth:`lower`, brings these barriers down (until then the ends stand, which is
-        sound, only later).
-
-        The broker's answer costs what it holds, and a worker behind reads many seconds of
-        produce time's watermarks at once, so one question is in flight at a time, asked at most
-        every BARRIER_EVERY_S: about the newest instant a waiting watermark needs up to a second
-        past ``fetched_ms`` (how far in produce time the input partitions not yet fetched to
-        their end are fetched: the oldest of their newest records' timestamps), or else about
-        the oldest one. An answer about a later instant brings every earlier watermark down
-        soundly, and the barriers it sets are about to be met by the consumer."""
+        :meth:`asking_ends`): their barrier, shared, which the records stamped after each of them
+        bring down (:meth:`settle`)."""
         if covers is None:
             covers = self.asking_ends()
         shared = dict(ends)
-        now_ms = self._wall_clock() * 1000
         for pending in self._unasked[:covers]:
             pending.barrier = shared
-            if ask is None or pending.produced_ms is None:
-                continue
-            second = (pending.produced_ms + CLOCK_SKEW_MS) // 1000 * 1000 + 1000
-            if second > now_ms:  # nothing is stamped there yet: a worker keeping up asks nothing
-                continue
-            self._unlowered.setdefault(second, []).append(pending)
         del self._unasked[:covers]
-        if ask is None or not self._unlowered or self._lowering is not None:
-            return
-        near = [second for second in self._unlowered if second <= fetched_ms + 1000]
-        at_ms = max(near) if near else min(self._unlowered)
-        lowering = [p for second in near or [at_ms] for p in self._unlowered.pop(second)]
-        self._lowering = (at_ms, lowering)
-        ask(at_ms)
 
-    def lower(self, at_ms: int, stamped_from: Mapping[Partition, int]) -> None:
-        """The broker's answer to ``ask(at_ms)`` (:meth:`barrier`): per partition, the first offset
-        stamped at ``at_ms`` or later (absent where it cannot tell; empty if it did not answer).
-        The barriers of the watermarks that wait for it come down to it."""
-        if self._lowering is None or self._lowering[0] != at_ms:
-            return  # never: the worker hands over the answer to the one question in flight
-        lowered: dict[int, dict[Partition, int]] = {}
-        for pending in self._lowering[1]:
-            barrier = pending.barrier
-            if barrier is None:  # never: a watermark waits here with the ends as its barrier
-                continue
-            down = lowered.get(id(barrier))  # shared barriers stay shared (settle checks each once)
-            if down is None:
-                down = lowered[id(barrier)] = {
-                    p: min(end, stamped_from[p]) if p in stamped_from else end for p, end in barrier.items()
-                }
-            pending.barrier = down
-        self._lowering = None
-
-    def settle(self, fetched: Mapping[Partition, int]) -> None:
-        """Apply the watermarks whose barrier the consumer has fetched up to (next offsets)."""
-        met: dict[int, tuple[Mapping[Partition, int], bool]] = {}
+    def settle(
+        self, fetched: Mapping[Partition, int], stamped: Mapping[Partition, int] = _NONE_STAMPED
+    ) -> None:
+        """Apply the watermarks whose barrier the consumer has fetched up to: ``fetched``, the next
+        offset per partition; ``stamped``, the latest timestamp of a record fetched per
+        partition (module docstring: a partition fetched past a record stamped ``CLOCK_SKEW_MS``
+        after a watermark was produced needs no more for it)."""
+        vouched: dict[int, tuple[Mapping[Partition, int], int]] = {}
         done: list[tuple[str, str]] = []
         for key, (cluster, source) in self._waiting.items():
             waiting = source.waiting
             while waiting:
-                barrier = waiting[0].barrier
+                head = waiting[0]
+                barrier = head.barrier
                 if barrier is None:
                     break
-                known = met.get(id(barrier))  # the barrier itself is kept alive beside its verdict
+                known = vouched.get(id(barrier))  # the barrier itself is kept alive beside its verdict
                 if known is None:
-                    known = met[id(barrier)] = (barrier, _met(barrier, fetched))
-                if not known[1]:
+                    known = vouched[id(barrier)] = (barrier, _stamped_through(barrier, fetched, stamped))
+                through = known[1]
+                if through != UNBOUNDED and (
+                    head.produced_ms is None or head.produced_ms + CLOCK_SKEW_MS > through
+                ):
                     break
                 pending = waiting.popleft()
                 source.effective = max(
@@ -542,5 +492,13 @@ class EventClocks:
             self._wait(name, cluster, source, restored, pending)
 
 
-def _met(barrier: Mapping[Partition, int], fetched: Mapping[Partition, int]) -> bool:
-    return all(fetched.get(p, 0) >= end for p, end in barrier.items())
+def _stamped_through(
+    barrier: Mapping[Partition, int], fetched: Mapping[Partition, int], stamped: Mapping[Partition, int]
+) -> int:
+    """The latest instant the consumer has read past in every partition short of ``barrier``
+    (the oldest of their latest records' timestamps): a watermark produced ``CLOCK_SKEW_MS``
+    or more before it is vouched for; UNBOUNDED where every partition reached the barrier."""
+    return min(
+        (stamped.get(p, _NOTHING) for p, end in barrier.items() if fetched.get(p, 0) < end),
+        default=UNBOUNDED,
+    )

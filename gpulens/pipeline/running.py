@@ -55,7 +55,6 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_CREATE_TIME,
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
@@ -68,7 +67,7 @@ from prometheus_client import Counter, Gauge
 from gpulens.pipeline.alignment import Alignment
 from gpulens.pipeline.checkpointing import Checkpoint, Stateful
 from gpulens.pipeline.compaction import WriterCompaction
-from gpulens.pipeline.event_time import DEFAULT_BOUNDS, UNBOUNDED, EventClocks, EventTimeBounds
+from gpulens.pipeline.event_time import DEFAULT_BOUNDS, EventClocks, EventTimeBounds
 from gpulens.pipeline.exceptions import CycleAborted, LateEvent, PipelineError
 from gpulens.pipeline.hanging_transactions import HangingTransactionReaper
 from gpulens.pipeline.held_chunks import HeldChunks, PackedValue
@@ -288,13 +287,10 @@ class StreamWorker:
         self._last_ms: dict[tuple[str, int], int] = {}
         self._ends = PartitionEnds([(tp.topic, tp.partition) for tp in partitions], drained=self._drained)
         self._admin = AdminClient(kafka.librdkafka())
-        """Asks offsets by time in the background (:meth:`_ask_stamped_from`)."""
+        """Asks end offsets in the background (:meth:`_ask_ends`)."""
         self._asked_ends: tuple[int, dict[TopicPartition, Future[ListOffsetsResultInfo]]] | None = None
         """The end offsets asked for (:meth:`_ask_ends`): how many watermarks read they cover, an
         answer per partition."""
-        self._asked_by_time: tuple[int, dict[TopicPartition, Future[ListOffsetsResultInfo]]] | None = None
-        """The question by time in flight (the clocks ask one at a time): the instant asked about,
-        an answer per partition."""
         self._merges: dict[str, EventTimeMerge[Input]] = {}
         self._clocks = EventClocks(
             source_timeout_s=options.source_timeout_s, allowed_lateness_ms=options.allowed_lateness_ms
@@ -334,8 +330,9 @@ class StreamWorker:
             for tp in partitions
         }
         """Next offset to fetch per partition."""
-        self._fetched_ms: dict[tuple[str, int], int] = {}
-        """The timestamp (produce time) of the newest record fetched per partition."""
+        self._stamped_ms: dict[tuple[str, int], int] = {}
+        """The latest timestamp of a record fetched per partition: what brings watermarks'
+        barriers down (:meth:`EventClocks.settle`)."""
         self._consumer.assign(
             [
                 TopicPartition(
@@ -444,40 +441,7 @@ class StreamWorker:
                 raise
             transient_failure("end offsets", err)
             return
-        behind = [self._fetched_ms.get(p, 0) for p, end in ends.items() if self._fetched.get(p, 0) < end]
-        self._clocks.barrier(
-            ends, self._ask_stamped_from, fetched_ms=min(behind, default=UNBOUNDED), covers=covers
-        )
-
-    def _ask_stamped_from(self, at_ms: int) -> None:
-        """Ask the broker, in the background, where each input partition's records stamped at
-        ``at_ms`` or later begin (:meth:`_lower_barriers` hands the answer to the clocks)."""
-        wanted = {TopicPartition(t, p): OffsetSpec.for_timestamp(at_ms) for t, p in self._ends.since}
-        try:
-            answers = self._admin.list_offsets(
-                wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5
-            )
-        except KafkaException as err:  # the end offsets alone still make a sound barrier
-            log.warning("offsets by time unavailable (%s): barriers wait for the end offsets", err)
-            answers = {}
-        self._asked_by_time = (at_ms, answers)
-
-    def _lower_barriers(self) -> None:
-        """Give the clocks the broker's answer to the question by time, once it has come back."""
-        if self._asked_by_time is None or not all(f.done() for f in self._asked_by_time[1].values()):
-            return
-        at_ms, answers = self._asked_by_time
-        self._asked_by_time = None
-        found = {}
-        for partition, answer in answers.items():
-            try:
-                offset = answer.result().offset
-            except KafkaException as err:  # that partition's end offset stands
-                log.debug("offset by time of %s/%d: %s", partition.topic, partition.partition, err)
-                continue
-            if offset >= 0:
-                found[(partition.topic, partition.partition)] = offset
-        self._clocks.lower(at_ms, found)
+        self._clocks.barrier(ends, covers=covers)
 
     def _partitions(self) -> list[TopicPartition]:
         metadata = retry_transient(
@@ -526,8 +490,7 @@ class StreamWorker:
         if self._asked_ends is None and self._clocks.wants_barrier:
             self._ask_ends()
         self._take_ends()
-        self._lower_barriers()
-        self._clocks.settle(self._fetched)
+        self._clocks.settle(self._fetched, self._stamped_ms)
         for cluster, merge in list(self._merges.items()):
             # Processed records leave at once: a start or a catch-up releases tens of thousands
             # (each with its wire bytes), and holding them all until the end of the release
@@ -636,6 +599,7 @@ class StreamWorker:
                 if offset < self._fetched[(topic, partition)]:
                     self._positions.rewound(topic, partition, offset)
                 self._fetched[(topic, partition)] = offset
+                self._stamped_ms.pop((topic, partition), None)  # what it vouched for is read again
                 return
             if not is_transient(error):
                 raise PipelineError(f"{topic}/{partition}: {error.str()}")
@@ -644,7 +608,9 @@ class StreamWorker:
         offset = message.offset() or 0
         hold_decoded = self._options.hold_decoded
         self._fetched[(topic, partition)] = offset + 1
-        self._fetched_ms[(topic, partition)] = message.timestamp()[1]
+        stamp_ms = message.timestamp()[1]
+        if stamp_ms > self._stamped_ms.get((topic, partition), stamp_ms - 1):
+            self._stamped_ms[(topic, partition)] = stamp_ms
         self._idle.received(topic, partition)
         record: Input
         key = message.key()
