@@ -80,12 +80,21 @@ def test_every_table_merges_wider_than_clickhouses_default(platform, unique) -> 
     assert narrow == []
 
 
-def test_an_operators_own_merge_width_stays(platform, unique) -> None:
-    settings = platform.clickhouse.model_copy(update={"database": f"own_{unique}"})
+def _migrated_then(platform, database: str, change: str, tables: tuple[str, ...]):
+    """A database migrated, then ``change`` (an ALTER TABLE's action) made to each of ``tables``:
+    its settings and a client of it."""
+    settings = platform.clickhouse.model_copy(update={"database": database})
     migrate(settings, samples_ttl_days=30)
     client = get_client(settings, database=settings.database)
-    for table in ("gpu_samples", "pods"):
-        client.command(f"ALTER TABLE {table} MODIFY SETTING merge_selector_base = 8")
+    for table in tables:
+        client.command(f"ALTER TABLE {table} {change}")
+    return settings, client
+
+
+def test_an_operators_own_merge_width_stays(platform, unique) -> None:
+    settings, client = _migrated_then(
+        platform, f"own_{unique}", "MODIFY SETTING merge_selector_base = 8", ("gpu_samples", "pods")
+    )
 
     assert migrate(settings, samples_ttl_days=30) == []
     engines = _merge_tree_engines(client)
@@ -95,11 +104,9 @@ def test_an_operators_own_merge_width_stays(platform, unique) -> None:
 
 def test_a_database_that_widened_only_gpu_samples_widens_the_rest_once(platform, unique) -> None:
     """Migrated before every table was widened: the next migrate sets the others, and only once."""
-    settings = platform.clickhouse.model_copy(update={"database": f"rest_{unique}"})
-    migrate(settings, samples_ttl_days=30)
-    client = get_client(settings, database=settings.database)
-    for table in ("pods", "workloads"):
-        client.command(f"ALTER TABLE {table} RESET SETTING merge_selector_base")
+    settings, client = _migrated_then(
+        platform, f"rest_{unique}", "RESET SETTING merge_selector_base", ("pods", "workloads")
+    )
     assert "merge_selector_base" not in _merge_tree_engines(client)["pods"]
 
     assert migrate(settings, samples_ttl_days=30) == [merges_widened(2)]
