@@ -129,7 +129,7 @@ WORKER_FLAG_DEFAULTS = {
     "allowed_lateness_s": 0.0,
     "hold_records": 50_000,
     "hold_decoded": 10_000,
-    "hold_columns": 50_000,
+    "hold_columns": 200_000,
     "cycle_s": 1.0,
     "commit_share": 0.1,
     "cycle_max_s": 10.0,

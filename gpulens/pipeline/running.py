@@ -192,7 +192,7 @@ class WorkerOptions:
     by one is held as its bytes and decoded when released (:class:`_AsBytes`), placed by its head
     alone where its source is live (:meth:`StreamWorker._read`); GPU sample batches: see
     :attr:`hold_columns`."""
-    hold_columns: int = 50_000
+    hold_columns: int = 200_000
     """Records held past which GPU sample batches are held as their bytes too, placed by their
     heads and read by column when released (:meth:`StreamWorker._read_held_samples`)."""
     cycle_s: float = 1.0

@@ -137,15 +137,16 @@ class PipelineSettings(BaseModel):
         "to hold_columns.",
     )
     hold_columns: int = Field(
-        default=50_000,
+        default=200_000,
         ge=0,
         description="Records held past which GPU sample batches too are held as their wire bytes, "
         "compressed in chunks of a partition's batches (about 0.9 KB a batch of 8 GPUs, against "
         "1.6 KB uncompressed and 2.6 KB read by column), placed by their heads and read by column "
-        "when released; 0: every one. At the start of 100,000 GPUs the worker "
-        "held up to 200,000 records, its peak RSS 645-861 MB over four runs against 804-822; a "
-        "worker keeping up holds fewer, and placing batches by their heads cost 2-5 % more of "
-        "the worker's CPU over a start.",
+        "when released; 0: every one. Holding them so costs CPU when the worker is behind, when "
+        "it can least spare it: at 100,000 GPUs on a slow machine a worker with 50,000 here never "
+        "caught up on a start over 10 minutes (twice), its lag and the broker's cost growing "
+        "together, while with 200,000 or 400,000 it caught up (twice), holding up to 188,000 and "
+        "328,000 records.",
     )
     cycle_s: float = Field(
         default=1.0,
