@@ -20,7 +20,7 @@ Rules, per cluster:
   broker would have said (``ListOffsets`` by time) they begin. Asking the broker instead, one
   question in flight at a time, cost it what it held per answer, and at 100,000 GPUs the
   answers came seconds late: a watermark waited on end offsets far ahead of the fetch while
-  the worker held what it read meanwhile (150,000-220,000 records).
+  the worker held what it read meanwhile (153,000-224,000 records).
 - A source is *live* from the first record or watermark heard from it until it sends a final
   watermark or stays silent for ``source_timeout_s`` of wall time. A live source none of whose
   watermarks has taken effect yet holds the cluster back entirely while its first watermark
@@ -90,7 +90,7 @@ Partition = tuple[str, int]
 UNBOUNDED = 2**63 - 1
 """The time of a cluster that has ended: everything may go."""
 _NOTHING = -(2**63)
-_NONE_STAMPED: Mapping[tuple[str, int], int] = MappingProxyType({})
+_NONE_STAMPED: Mapping[Partition, int] = MappingProxyType({})
 DAY_MS = 86_400_000
 CLOCK_SKEW_MS = 2_000
 """How far producers' clocks may disagree: a record another producer stamped this much later

@@ -608,8 +608,8 @@ class StreamWorker:
         offset = message.offset() or 0
         hold_decoded = self._options.hold_decoded
         self._fetched[(topic, partition)] = offset + 1
-        stamp_ms = message.timestamp()[1]
-        if stamp_ms > self._stamped_ms.get((topic, partition), stamp_ms - 1):
+        stamp_ms = message.timestamp()[1]  # -1 where the record has none: it vouches for nothing
+        if stamp_ms > self._stamped_ms.get((topic, partition), -1):
             self._stamped_ms[(topic, partition)] = stamp_ms
         self._idle.received(topic, partition)
         record: Input
