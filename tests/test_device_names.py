@@ -111,3 +111,28 @@ def test_a_name_that_comes_back_to_its_own_device_resolves_to_it_after_a_restore
     assert names.take_changed() == {"a", "b"}
     for order in (["a", "b"], ["b", "a"]):
         assert restored(names, order).device_ids(["d1", "d2"]) == ["d1", "d2"]
+
+
+def test_a_nodes_batch_giving_the_same_names_again_resolves_as_the_names_map_says_now() -> None:
+    names = DeviceNames()
+    names.learn(inventory("n1", gpu("d1", uuid="GPU-1"), gpu("d2", uuid="GPU-2")))
+    batch = ["GPU-1", "GPU-2"]  # the one list the columnar reader gives every batch of n1
+    assert names.device_ids(batch, "n1") == ["d1", "d2"]
+    assert names.device_ids(batch, "n1") == ["d1", "d2"]
+    names.learn(inventory("n2", gpu("d9", uuid="GPU-2")))  # GPU-2 now names n2's GPU
+    assert names.device_ids(batch, "n1") == ["d1", "d9"], "a name that moved resolves anew"
+    names.learn(inventory("n1", gpu("d1", uuid="GPU-1"), gpu("d2", uuid="GPU-2")))
+    assert names.device_ids(batch, "n1") == ["d1", "d2"], "and back"
+
+
+def test_another_list_of_a_node_or_a_restore_resolves_anew() -> None:
+    names = DeviceNames()
+    names.learn(inventory("n1", gpu("d1", uuid="GPU-1")))
+    assert names.device_ids(["GPU-1"], "n1") == ["d1"]
+    assert names.device_ids(["d1", "GPU-7"], "n1") == ["d1", "GPU-7"], "not the list kept for n1"
+    kept = ["GPU-7"]
+    assert names.device_ids(kept, "n1") == ["GPU-7"]
+    names.load("n3", {"d7": ["GPU-7"]})  # a restore's entry names GPU-7
+    assert names.device_ids(kept, "n1") == ["d7"]
+    names.load_name("GPU-8", "d8")
+    assert names.device_ids(["GPU-8"], "n1") == ["d8"]

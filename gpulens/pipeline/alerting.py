@@ -241,7 +241,7 @@ class AlertDetector(NodeGroupedSnapshot, BaseAggregator[_Cluster]):
         threshold_ms, below = self.rules.idle_for_s * 1000, self.rules.idle_below_pct
         names, utilizations = columns(batch)
         runs = cluster.runs
-        gpus = cluster.holders.gpus(names)
+        gpus = cluster.holders.gpus(names, batch.node)
         if runs.keys().isdisjoint(gpus) and not any(u is not None and u < below for u in utilizations):
             return alerts  # no GPU idle, none ending a run: most batches, told apart in C
         for gpu, utilization in zip(gpus, utilizations, strict=True):

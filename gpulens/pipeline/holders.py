@@ -65,14 +65,15 @@ class GpuHolders:
         """The pod holding ``gpu`` now."""
         return self._holders.get(self.gpu(gpu))
 
-    def gpus(self, names: Sequence[str]) -> list[str]:
-        """:meth:`gpu` of each of ``names``, in order (one call per sample batch)."""
-        return self.names.device_ids(names)
+    def gpus(self, names: Sequence[str], node: str | None = None) -> list[str]:
+        """:meth:`gpu` of each of ``names``, in order (one call per sample batch; ``node``: the
+        batch's, see :meth:`DeviceNames.device_ids`)."""
+        return self.names.device_ids(names, node)
 
-    def holders(self, gpus: Sequence[str]) -> list[PodRef | None]:
+    def holders(self, gpus: Sequence[str], node: str | None = None) -> list[PodRef | None]:
         """:meth:`holder` of each of ``gpus``, in order: one call per sample batch, not per GPU
-        (a third of the lookups' cost at 10,000 GPUs was the calls)."""
-        return list(map(self._holders.get, self.names.device_ids(gpus)))
+        (a third of the lookups' cost at 10,000 GPUs was the calls); ``node`` as in :meth:`gpus`."""
+        return list(map(self._holders.get, self.names.device_ids(gpus, node)))
 
     def inventory(self, inventory: DeviceInventory) -> None:
         """Learn the names of a node's GPUs."""

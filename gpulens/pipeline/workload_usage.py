@@ -25,7 +25,7 @@ from typing import Any
 
 from gpulens.pipeline.aggregating import BaseWindowedAggregator, NodeGroupedSnapshot, held_fields
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.holders import GpuHolders
+from gpulens.pipeline.holders import GpuHolders, PodRef
 from gpulens.pipeline.state_tables import workload_chain
 from gpulens.pipeline.windows import HeldAmount, milli
 from gpulens.schemas.model.ids import event_id
@@ -91,7 +91,8 @@ class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, Worklo
         if isinstance(event, PodEvent):
             self._pod(cluster, event)
         elif isinstance(event, GpuSampleBatch | SampleColumns):
-            self._samples(cluster, *columns(event))
+            names, utilizations = columns(event)
+            self._samples(cluster, cluster.holders.holders(names, event.node), utilizations)
         elif isinstance(event, ContainerEvent):
             cluster.holders.container(event)
         elif isinstance(event, DeviceInventory):
@@ -142,19 +143,22 @@ class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, Worklo
         if cluster is None:
             return None
         self._move(cluster, run[-1].event_ms)
+        holders = cluster.holders
         self._samples(
             cluster,
-            list(chain.from_iterable(batch.device_ids for batch in run)),
+            list(chain.from_iterable(holders.holders(batch.device_ids, batch.node) for batch in run)),
             list(chain.from_iterable(batch.utilizations for batch in run)),
         )
         return []
 
-    def _samples(self, cluster: _Cluster, names: list[str], utilizations: list[float | None]) -> None:
+    def _samples(
+        self, cluster: _Cluster, holders: list[PodRef | None], utilizations: list[float | None]
+    ) -> None:
         """Count each GPU's utilization toward the workload of the pod holding it, in order."""
         workload_of = cluster.workload_of
         last: _Workload | None = None
         usages: dict[str, _Usage] = {}  # looked up once per call: a run's batches repeat workloads
-        for utilization, holder in zip(utilizations, cluster.holders.holders(names), strict=True):
+        for utilization, holder in zip(utilizations, holders, strict=True):
             if utilization is None or holder is None:
                 continue
             workload = workload_of.get(holder.uid or "")
