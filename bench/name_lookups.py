@@ -1,0 +1,70 @@
+"""GPU names to device ids per sample batch, as the worker's operators resolve them: CPU per batch.
+
+    python -m bench.name_lookups [--nodes 12500] [--gpus-per-node 8] [--rounds 8]
+
+One cluster's :class:`~gpulens.pipeline.device_names.DeviceNames` learns ``--nodes``
+inventories (each GPU named by its UUID, PCI address and serial besides its device_id, as the
+fleet simulator's are), then resolves ``--rounds`` batches of every node, in a shuffled order,
+each naming its GPUs by device_id as the samples do, with one list per node (the columnar
+reader's shared list). Prints the CPU per batch of a map over the GPUs (the baseline: one
+probe of the names map per GPU) and of the answer kept per node, each twice, alternating.
+Never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from datetime import UTC, datetime
+
+from gpulens.pipeline.device_names import DeviceNames
+from gpulens.schemas.model.models import DeviceInventory, GpuDevice
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def learned(nodes: int, gpus_per_node: int) -> tuple[DeviceNames, list[tuple[str, list[str]]]]:
+    """The names map of the fleet, and each node with its batches' device_ids."""
+    names, batches = DeviceNames(), []
+    for n in range(nodes):
+        node = f"node-{n:05d}"
+        gpus = [
+            GpuDevice(
+                device_id=f"{node}-gpu-{i}",
+                index=i,
+                vendor="AMD",
+                model="MI300X",
+                uuid=f"GPU-{n:05d}-{i:02d}-5f2c9a1e7b3d",
+                bdf=f"0000:{i:02x}:00.0",
+                serial=f"S{n:05d}{i:02d}",
+            )
+            for i in range(gpus_per_node)
+        ]
+        names.learn(
+            DeviceInventory(event_id=node, cluster="c", event_time=AT, source="s", node=node, gpus=gpus)
+        )
+        batches.append((node, [gpu.device_id for gpu in gpus]))
+    return names, batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=12_500, help="Nodes (12,500: 100,000 GPUs).")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=8, help="Batches of every node resolved per pass.")
+    args = parser.parse_args()
+    names, batches = learned(args.nodes, args.gpus_per_node)
+    order = batches * args.rounds
+    random.Random(1).shuffle(order)
+    print(f"{args.nodes:,} nodes x {args.gpus_per_node} GPUs, {len(order):,} batches a pass")
+    for label, per_node in (("baseline: map per GPU", False), ("kept per node", True)) * 2:
+        started = time.process_time()
+        for node, device_ids in order:
+            names.device_ids(device_ids, node if per_node else None)
+        spent = time.process_time() - started
+        print(f"  {label:<22} {spent / len(order) * 1e6:6.2f} us CPU a batch")
+
+
+if __name__ == "__main__":
+    main()
