@@ -159,7 +159,7 @@ def test_the_duplicate_check_remembers_a_bounded_horizon_of_ids(codec):
     assert guard.conflict(changed, codec.encode(PODS, changed)) is not None  # within the horizon
     for pod in pods[3:]:
         assert guard.conflict(pod, codec.encode(PODS, pod)) is None
-    # Seven ids later, e0 is past the horizon (between 2 and 4 ids): the conflict goes unseen.
+    # Seven ids later, e0 is past the horizon (at most 4 ids): the conflict goes unseen.
     assert guard.conflict(changed, codec.encode(PODS, changed)) is None
     other_schema = b"\x00\xff\xff\xff\xff" + codec.encode(PODS, changed)[5:]
     assert guard.conflict(changed, other_schema) is None  # bytes differ by schema: no conflict
@@ -167,7 +167,8 @@ def test_the_duplicate_check_remembers_a_bounded_horizon_of_ids(codec):
 
 def test_the_duplicate_check_keeps_no_id_text():
     """A full horizon of ids, each made for its record and dropped after (as the sink's are),
-    takes under 125 bytes an id: the ids' text (81 bytes each) is not what is kept."""
+    takes under 50 bytes an id (its newest tenth in a dict, the rest in arrays): the ids' text
+    (81 bytes each) is not what is kept."""
     value = b"\x00\x00\x00\x00\x07" + bytes(300)
     guard = DuplicateGuard(horizon=200_000)
     tracemalloc.start()
@@ -177,5 +178,5 @@ def test_the_duplicate_check_keeps_no_id_text():
         held = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    assert held < 125 * 200_000
+    assert held < 50 * 200_000
     assert guard.conflict_of(f"{199_999:032x}", value[:-1] + b"\x01") is not None  # still guarded

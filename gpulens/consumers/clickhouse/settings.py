@@ -98,7 +98,7 @@ class SinkSettings(BaseModel):
         default=500_000,
         ge=2,
         description=(
-            "Recent event ids remembered (by hash, about 113 bytes each) to dead-letter a conflicting "
+            "Recent event ids remembered (by hash, about 35 bytes each) to dead-letter a conflicting "
             "duplicate (same event_id, other content) and keep the first; older conflicts replace the row."
         ),
     )
