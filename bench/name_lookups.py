@@ -3,8 +3,8 @@
     python -m bench.name_lookups [--nodes 12500] [--gpus-per-node 8] [--rounds 8]
 
 One cluster's :class:`~gpulens.pipeline.device_names.DeviceNames` learns ``--nodes``
-inventories (each GPU named by its UUID, PCI address and serial besides its device_id, as the
-fleet simulator's are), then resolves ``--rounds`` batches of every node, in a shuffled order,
+inventories, their GPUs the fleet simulator's (named by UUID, which is their device_id, PCI
+address and serial), then resolves ``--rounds`` batches of every node, in a shuffled order,
 each naming its GPUs by device_id as the samples do, with one list per node (the columnar
 reader's shared list). Prints the CPU per batch of a map over the GPUs (the baseline: one
 probe of the names map per GPU) and of the answer kept per node, each twice, alternating.
@@ -19,31 +19,24 @@ import time
 from datetime import UTC, datetime
 
 from gpulens.pipeline.device_names import DeviceNames
-from gpulens.schemas.model.models import DeviceInventory, GpuDevice
+from gpulens.producers.simulate import SimulationSpec
+from gpulens.producers.simulate.records import gpu_devices
+from gpulens.schemas.model.models import DeviceInventory
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def learned(nodes: int, gpus_per_node: int) -> tuple[DeviceNames, list[tuple[str, list[str]]]]:
     """The names map of the fleet, and each node with its batches' device_ids."""
+    model = SimulationSpec(nodes=nodes, gpus_per_node=gpus_per_node, interval_s=2.0, start=AT).model
     names, batches = DeviceNames(), []
     for n in range(nodes):
         node = f"node-{n:05d}"
-        gpus = [
-            GpuDevice(
-                device_id=f"{node}-gpu-{i}",
-                index=i,
-                vendor="AMD",
-                model="MI300X",
-                uuid=f"GPU-{n:05d}-{i:02d}-5f2c9a1e7b3d",
-                bdf=f"0000:{i:02x}:00.0",
-                serial=f"S{n:05d}{i:02d}",
-            )
-            for i in range(gpus_per_node)
-        ]
-        names.learn(
-            DeviceInventory(event_id=node, cluster="c", event_time=AT, source="s", node=node, gpus=gpus)
+        gpus = gpu_devices("c", node, model, gpus_per_node)
+        inventory = DeviceInventory(
+            event_id=node, cluster="c", source="b", event_time=AT, node=node, gpus=gpus
         )
+        names.learn(inventory)
         batches.append((node, [gpu.device_id for gpu in gpus]))
     return names, batches
 
