@@ -125,6 +125,27 @@ def test_a_nodes_batch_giving_the_same_names_again_resolves_as_the_names_map_say
     assert names.device_ids(batch, "n1") == ["d1", "d2"], "and back"
 
 
+def test_an_answer_is_kept_while_names_outside_it_move() -> None:
+    """PCI addresses repeat on every node, and each node's inventory moves them to its GPUs:
+    a batch naming its GPUs by device_id keeps its answer."""
+    names = DeviceNames()
+    names.learn(inventory("n1", gpu("d1", bdf="0000:19:00.0")))
+    batch = ["d1"]
+    kept = names.device_ids(batch, "n1")
+    names.learn(inventory("n2", gpu("d2", bdf="0000:19:00.0")))
+    assert names.device_id("0000:19:00.0") == "d2"
+    assert names.device_ids(batch, "n1") is kept
+
+
+def test_the_answers_kept_are_bounded_whatever_nodes_the_records_name() -> None:
+    names = DeviceNames()
+    first = ["d0"]
+    kept = names.device_ids(first, "n0")
+    for i in range(1, 100_001):
+        names.device_ids([f"d{i}"], f"n{i}")
+    assert names.device_ids(first, "n0") == kept and names.device_ids(first, "n0") is not kept
+
+
 def test_another_list_of_a_node_or_a_restore_resolves_anew() -> None:
     names = DeviceNames()
     names.learn(inventory("n1", gpu("d1", uuid="GPU-1")))

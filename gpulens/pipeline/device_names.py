@@ -22,6 +22,9 @@ UNPLACED = ""
 """The node of names restored from per-name entries (written before names were kept per node):
 their node is unknown, so they are kept, and written again, under this one."""
 
+_MOST_RESOLVED = 100_000
+"""Nodes whose answers :class:`DeviceNames` keeps at most (8 names each on average)."""
+
 
 @dataclass
 class DeviceNames:
@@ -35,12 +38,18 @@ class DeviceNames:
     """device_id -> the node whose inventory listed it last."""
     _changed: set[str] = field(default_factory=set)
     """Nodes whose entry changed since :meth:`take_changed`."""
-    _resolved: dict[str, tuple[Sequence[str], list[str]]] = field(default_factory=dict)
-    """node -> (the names its last batch gave, their device_ids), while no name moves: the
+    _resolved: dict[str, tuple[Sequence[str], list[str]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """node -> (the names its last batch gave, their device_ids), while none of them moves: the
     columnar reader hands every batch of a node the same list while its names stay, so a batch
     is one lookup here instead of a probe of :attr:`_ids` per GPU (``_ids`` holds every alias of
     the cluster, and a device_id is not among them: at 50,000 GPUs that probe per GPU was 6 % of
-    the worker). Emptied whenever :attr:`_ids` changes."""
+    the worker)."""
+    _resolving: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Every name of :attr:`_resolved`'s lists: a name that moves empties it only if listed here.
+    PCI addresses repeat on every node of a fleet, so each inventory (an agent sends its own
+    every 10 minutes: 21 a second at 12,500 nodes) moves them, and samples do not use them."""
 
     def device_id(self, name: str) -> str:
         """The device_id of a GPU known by ``name`` (UUID, BDF, serial or device_id itself)."""
@@ -56,8 +65,15 @@ class DeviceNames:
         if kept is not None and kept[0] is names:
             return kept[1]
         ids = list(map(self._ids.get, names, names))
+        if len(self._resolved) >= _MOST_RESOLVED or len(self._resolving) >= 8 * _MOST_RESOLVED:
+            self._forget_resolved()  # whatever nodes and names the records make up
         self._resolved[node] = (names, ids)
+        self._resolving.update(names)
         return ids
+
+    def _forget_resolved(self) -> None:
+        self._resolved.clear()
+        self._resolving.clear()
 
     def learn(self, inventory: DeviceInventory) -> None:
         """Take in the names of a node's GPUs."""
@@ -73,7 +89,8 @@ class DeviceNames:
                 self._changed.add(node)
                 if previous != name:  # the name moves: its former node's entry loses it
                     self._changed.add(self._node_of.get(previous, UNPLACED))
-                self._resolved.clear()
+                if name in self._resolving:
+                    self._forget_resolved()
                 if name == device_id:  # back to naming its own device (often its UUID)
                     del self._ids[name]
                     continue
@@ -110,7 +127,7 @@ class DeviceNames:
             if node != UNPLACED:
                 self._node_of[device] = node
             self._ids.update((name, device) for name in names if name != device)
-        self._resolved.clear()
+        self._forget_resolved()
 
     def load_name(self, name: str, device_id: str) -> None:
         """Take back a per-name entry of an older checkpoint: kept under :data:`UNPLACED`,
