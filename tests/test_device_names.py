@@ -129,21 +129,33 @@ def test_an_answer_is_kept_while_names_outside_it_move() -> None:
     """PCI addresses repeat on every node, and each node's inventory moves them to its GPUs:
     a batch naming its GPUs by device_id keeps its answer."""
     names = DeviceNames()
-    names.learn(inventory("n1", gpu("d1", bdf="0000:19:00.0")))
-    batch = ["d1"]
+    names.learn(inventory("n1", gpu("d1", uuid="GPU-1", bdf="0000:19:00.0")))
+    batch = ["GPU-1"]
     kept = names.device_ids(batch, "n1")
     names.learn(inventory("n2", gpu("d2", bdf="0000:19:00.0")))
     assert names.device_id("0000:19:00.0") == "d2"
-    assert names.device_ids(batch, "n1") is kept
+    assert names.device_ids(batch, "n1") is kept == ["d1"]
+
+
+def test_a_device_id_that_comes_to_name_another_gpu_resolves_anew() -> None:
+    names = DeviceNames()
+    names.learn(inventory("n1", gpu("d1")))
+    batch = ["d1"]
+    assert names.device_ids(batch, "n1") == ["d1"]
+    names.learn(inventory("n2", gpu("d2", uuid="d1")))  # another GPU's inventory lists "d1" as its UUID
+    assert names.device_ids(batch, "n1") == ["d2"]
 
 
 def test_the_answers_kept_are_bounded_whatever_nodes_the_records_name() -> None:
     names = DeviceNames()
-    first = ["d0"]
+    names.learn(inventory("n0", gpu("d0", uuid="GPU-0")))
+    first = ["GPU-0"]
     kept = names.device_ids(first, "n0")
+    assert names.device_ids(first, "n0") is kept
     for i in range(1, 100_001):
         names.device_ids([f"d{i}"], f"n{i}")
-    assert names.device_ids(first, "n0") == kept and names.device_ids(first, "n0") is not kept
+    again = names.device_ids(first, "n0")
+    assert again == kept == ["d0"] and again is not kept, "forgotten, and resolved anew"
 
 
 def test_another_list_of_a_node_or_a_restore_resolves_anew() -> None:

@@ -47,9 +47,10 @@ class DeviceNames:
     the cluster, and a device_id is not among them: at 50,000 GPUs that probe per GPU was 6 % of
     the worker)."""
     _resolving: set[str] = field(default_factory=set, compare=False, repr=False)
-    """Every name of :attr:`_resolved`'s lists: a name that moves empties it only if listed here.
-    PCI addresses repeat on every node of a fleet, so each inventory (an agent sends its own
-    every 10 minutes: 21 a second at 12,500 nodes) moves them, and samples do not use them."""
+    """The names of :attr:`_resolved`'s lists that are no GPU's device_id (samples name GPUs by
+    device_id, so mostly none): a name that moves empties :attr:`_resolved` only if it is a
+    device_id or listed here. PCI addresses repeat on every node of a fleet, so each inventory
+    (an agent sends its own every 10 minutes: 21 a second at 12,500 nodes) moves them."""
 
     def device_id(self, name: str) -> str:
         """The device_id of a GPU known by ``name`` (UUID, BDF, serial or device_id itself)."""
@@ -65,10 +66,13 @@ class DeviceNames:
         if kept is not None and kept[0] is names:
             return kept[1]
         ids = list(map(self._ids.get, names, names))
+        if isinstance(names, list) and ids == names:  # the usual: every name its own, one list kept
+            ids = names
         if len(self._resolved) >= _MOST_RESOLVED or len(self._resolving) >= 8 * _MOST_RESOLVED:
             self._forget_resolved()  # whatever nodes and names the records make up
         self._resolved[node] = (names, ids)
-        self._resolving.update(names)
+        node_of = self._node_of
+        self._resolving.update(name for name in names if name not in node_of)
         return ids
 
     def _forget_resolved(self) -> None:
@@ -89,7 +93,7 @@ class DeviceNames:
                 self._changed.add(node)
                 if previous != name:  # the name moves: its former node's entry loses it
                     self._changed.add(self._node_of.get(previous, UNPLACED))
-                if name in self._resolving:
+                if name in self._node_of or name in self._resolving:  # a kept list may name it
                     self._forget_resolved()
                 if name == device_id:  # back to naming its own device (often its UUID)
                     del self._ids[name]
