@@ -1,6 +1,6 @@
 """GPU names to device ids per sample batch, as the worker's operators resolve them: CPU per batch.
 
-    python -m bench.name_lookups [--nodes 12500] [--gpus-per-node 8] [--rounds 8]
+    python -m bench.name_lookups [--nodes 12500] [--gpus-per-node 8] [--rounds 8] [--inventory-every 300]
 
 One cluster's :class:`~gpulens.pipeline.device_names.DeviceNames` learns ``--nodes``
 inventories, their GPUs the fleet simulator's (named by UUID, which is their device_id, PCI

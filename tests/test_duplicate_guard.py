@@ -57,8 +57,8 @@ def test_a_forgotten_id_is_first_seen_again_in_any_generation() -> None:
     assert guard.conflict_of("young", body(1)) is not None, "what it was first seen with after"
 
 
-def test_a_horizon_of_ids_sharing_filter_bits_is_told_apart_by_the_whole_hash() -> None:
-    """Ids whose hashes share the filter's bit are searched in the arrays and compared whole."""
+def test_ids_whose_hashes_agree_in_their_low_bits_are_told_apart_by_the_whole_hash() -> None:
+    """Ids whose hashes agree in their lowest byte, held in the arrays, each keep their own content."""
     guard = DuplicateGuard(400)
     same_bit = [str(i) for i in range(300_000) if hash(str(i)) & 0xFF == 0][:300]
     for i, key in enumerate(same_bit):

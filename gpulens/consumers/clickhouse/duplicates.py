@@ -17,10 +17,11 @@ reason that is not the producer's.
 
 An id is remembered by its 64-bit hash, not its text. Two generations of dicts, before, held
 113 bytes an id; now about 35 (``tracemalloc``, 500,000 ids made and dropped one by one, as
-the sink's are: 69 at most while a tenth joins the arrays), and the sink's RSS for a full
-horizon of 500,000 (80 s at 100,000 GPUs) is 26-44 MB against 70-74, for about the same CPU a
-record (2.8-3.2 against 2.6-2.8 us, ids made included, on a loop of 2.4 CPU-s: ``python -m
-bench.machine_speed``); a tenth joining takes 15-20 ms, and 95 where the filter is rebuilt.
+the sink's are: 69 at most while a tenth joins the arrays). Through a horizon of 500,000 (80 s
+at 100,000 GPUs), 1.5 million such ids grew a process on jemalloc, as the sink runs, by 36-39
+MB against 65-70, at 3.18-4.34 us a record against 3.15-3.71 (ids made included; the two codes
+alternating, loop 1.98-2.83 CPU-s: ``python -m bench.machine_speed``); a tenth joining takes
+35-76 ms, 92-99 where the filter is rebuilt.
 Two ids of one horizon with the same hash (odds about 1 in 10^8 for a full horizon) would
 be compared as one: a false conflict only where their contents differ too.
 """
