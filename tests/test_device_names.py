@@ -169,3 +169,14 @@ def test_another_list_of_a_node_or_a_restore_resolves_anew() -> None:
     assert names.device_ids(kept, "n1") == ["d7"]
     names.load_name("GPU-8", "d8")
     assert names.device_ids(["GPU-8"], "n1") == ["d8"]
+
+
+def test_an_entry_loaded_again_adds_no_name(fleet_inventories: list[DeviceInventory]) -> None:
+    names = DeviceNames()
+    for event in fleet_inventories:
+        names.learn(event)
+    nodes = list(names.nodes())
+    twice = restored(names, nodes)
+    for node in nodes:  # operators sharing the map each restore their own checkpoint into it
+        twice.load(node, names.dump(node) or {})
+    assert [twice.dump(node) for node in nodes] == [names.dump(node) for node in nodes]

@@ -52,7 +52,7 @@ from typing import Any
 
 from gpulens.pipeline.aggregating import BaseAggregator, NodeGroupedSnapshot
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.holders import GpuHolders, PodRef
+from gpulens.pipeline.holders import GpuHolders, PodRef, SharedHolders
 from gpulens.pipeline.windows import from_ms, to_ms
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
@@ -131,7 +131,8 @@ class _NodeState:
 class _Cluster:
     name: str
     instant: int
-    holders: GpuHolders = field(default_factory=GpuHolders)
+    holders: GpuHolders
+    """Shared with the worker's other operators that keep holders (:class:`SharedHolders`)."""
     gpus: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """node -> GPU ids in its last inventory, sorted (a tuple: a set of a node's 8 took 728 bytes)."""
     runs: dict[str, _Run] = field(default_factory=dict)
@@ -165,14 +166,16 @@ class AlertDetector(NodeGroupedSnapshot, BaseAggregator[_Cluster]):
     :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
     node_at = MappingProxyType({"holders": 3, "gpus": 2, "node": 2})
 
-    def __init__(self, rules: AlertRules) -> None:
+    def __init__(self, rules: AlertRules, shared: SharedHolders | None = None) -> None:
         super().__init__()
         self.rules = rules
+        self._shared = shared if shared is not None else SharedHolders()
+        self._reader = self._shared.add_reader()
         self._settled: list[Alert] = []
         """Pile-up alerts of the instant time just left (:meth:`_settle`), for the event moving it."""
 
     def _open(self, name: str, at: int) -> _Cluster:
-        return _Cluster(name, at)
+        return _Cluster(name, at, self._shared.of(name))
 
     def process(self, event: Event | SampleColumns) -> list[Alert]:
         """The alerts ``event`` opens or resolves (and pending timers that expired before it)."""
@@ -633,7 +636,7 @@ class AlertDetector(NodeGroupedSnapshot, BaseAggregator[_Cluster]):
     # --- checkpoint: holders, gpus, run, pending, holding, node besides ["cluster", c] ---------
 
     def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
-        return cluster.holders.take_changed(cluster.name)
+        return cluster.holders.take_changed(cluster.name, self._reader)
 
     def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
         yield from (("holders", cluster.name, *key) for key in cluster.holders.live())

@@ -14,7 +14,7 @@ gives the same map.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from gpulens.schemas.model.models import DeviceInventory
 
@@ -36,8 +36,11 @@ class DeviceNames:
     """node -> device_id -> every name its inventories listed for it."""
     _node_of: dict[str, str] = field(default_factory=dict)
     """device_id -> the node whose inventory listed it last."""
-    _changed: set[str] = field(default_factory=set)
-    """Nodes whose entry changed since :meth:`take_changed`."""
+    readers: InitVar[int] = 1
+    """Readers of the changes (:meth:`take_changed`): one per operator sharing the table, each
+    checkpointing it in its own state (:class:`~gpulens.pipeline.holders.SharedHolders`)."""
+    _changed: list[set[str]] = field(init=False)
+    """Per reader, the nodes whose entry changed since its last :meth:`take_changed`."""
     _resolved: dict[str, tuple[Sequence[str], list[str]]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -51,6 +54,9 @@ class DeviceNames:
     device_id, so mostly none): a name that moves empties :attr:`_resolved` only if it is a
     device_id or listed here. PCI addresses repeat on every node of a fleet, so each inventory
     (an agent sends its own every 10 minutes: 21 a second at 12,500 nodes) moves them."""
+
+    def __post_init__(self, readers: int) -> None:
+        self._changed = [set() for _ in range(readers)]
 
     def device_id(self, name: str) -> str:
         """The device_id of a GPU known by ``name`` (UUID, BDF, serial or device_id itself)."""
@@ -90,9 +96,9 @@ class DeviceNames:
                 previous = self._ids.get(name, name)
                 if previous == device_id:
                     continue
-                self._changed.add(node)
+                self._note(node)
                 if previous != name:  # the name moves: its former node's entry loses it
-                    self._changed.add(self._node_of.get(previous, UNPLACED))
+                    self._note(self._node_of.get(previous, UNPLACED))
                 if name in self._node_of or name in self._resolving:  # a kept list may name it
                     self._forget_resolved()
                 if name == device_id:  # back to naming its own device (often its UUID)
@@ -103,9 +109,13 @@ class DeviceNames:
                     known += (name,)
             named[device_id] = known
 
-    def take_changed(self) -> set[str]:
-        """The nodes whose entry changed since the last call."""
-        changed, self._changed = self._changed, set()
+    def _note(self, node: str) -> None:
+        for changed in self._changed:
+            changed.add(node)
+
+    def take_changed(self, reader: int = 0) -> set[str]:
+        """The nodes whose entry changed since ``reader``'s last call."""
+        changed, self._changed[reader] = self._changed[reader], set()
         return changed
 
     def nodes(self) -> Iterator[str]:
@@ -127,7 +137,8 @@ class DeviceNames:
         """Take a dumped entry back."""
         named = self._named.setdefault(node, {})
         for device, names in entry.items():
-            named[device] = (*named.get(device, ()), *names)
+            known = named.get(device, ())  # each sharing operator's checkpoint gives it again
+            named[device] = (*known, *(name for name in names if name not in known))
             if node != UNPLACED:
                 self._node_of[device] = node
             self._ids.update((name, device) for name in names if name != device)
@@ -137,4 +148,4 @@ class DeviceNames:
         """Take back a per-name entry of an older checkpoint: kept under :data:`UNPLACED`,
         which the next checkpoint writes."""
         self.load(UNPLACED, {device_id: [name]})
-        self._changed.add(UNPLACED)
+        self._note(UNPLACED)

@@ -21,7 +21,7 @@ holding pod: read, and replaced by the next checkpoint.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from gpulens.pipeline.device_names import DeviceNames
@@ -53,9 +53,16 @@ class GpuHolders:
     _unplaced: set[str] = field(default_factory=set)
     """GPUs whose holder an older checkpoint restored without its container (placed at the
     next :meth:`take_changed`)."""
-    names: DeviceNames = field(default_factory=DeviceNames)
-    changed: set[tuple[str, ...]] = field(default_factory=set)
-    """Keys changed since the owner last took them (besides the names' nodes)."""
+    readers: InitVar[int] = 1
+    """Readers of the changes (:meth:`take_changed`): one per operator sharing the table
+    (:class:`SharedHolders`)."""
+    names: DeviceNames = field(init=False)
+    _changed: list[set[tuple[str, ...]]] = field(init=False)
+    """Per reader, the keys changed since it last took them (besides the names' nodes)."""
+
+    def __post_init__(self, readers: int) -> None:
+        self.names = DeviceNames(readers=readers)
+        self._changed = [set() for _ in range(readers)]
 
     def gpu(self, name: str) -> str:
         """The device_id of a GPU known by ``name`` (UUID, BDF, serial or device_id)."""
@@ -82,7 +89,7 @@ class GpuHolders:
     def container(self, event: ContainerEvent) -> None:
         """A container's devices now (none once it is DELETED)."""
         key = (event.node, event.pod_namespace, event.pod_name, event.container_name)
-        self.changed.add(("container", *key))
+        self._note(("container", *key))
         for gpu in self._containers.pop(key, ()):
             if self._holders.pop(gpu, None) is not None:
                 self._lose(gpu, key)
@@ -101,14 +108,18 @@ class GpuHolders:
         is written again without it."""
         before = self._held_by.pop(gpu, None)
         if before is not None and before != key:
-            self.changed.add(("container", *before))
+            self._note(("container", *before))
 
-    def take_changed(self, cluster: str) -> Iterator[tuple[str, ...]]:
-        """The owner's state keys (``("holders", cluster, ...)``) changed since the last call."""
+    def _note(self, key: tuple[str, ...]) -> None:
+        for changed in self._changed:
+            changed.add(key)
+
+    def take_changed(self, cluster: str, reader: int = 0) -> Iterator[tuple[str, ...]]:
+        """``reader``'s state keys (``("holders", cluster, ...)``) changed since its last call."""
         if self._unplaced:
             self._place()
-        changed, self.changed = self.changed, set()
-        changed.update(("names", node) for node in self.names.take_changed())
+        changed, self._changed[reader] = self._changed[reader], set()
+        changed.update(("names", node) for node in self.names.take_changed(reader))
         return (("holders", cluster, *key) for key in changed)
 
     def _place(self) -> None:
@@ -128,7 +139,7 @@ class GpuHolders:
                 del self._holders[gpu]
             else:
                 self._held_by[gpu] = found
-                self.changed.add(("container", *found))
+                self._note(("container", *found))
         self._unplaced = set()
 
     def live(self) -> Iterator[tuple[str, ...]]:
@@ -163,12 +174,12 @@ class GpuHolders:
             self.names.load(key[1], value)
         elif key[0] == "alias":
             self.names.load_name(key[1], value)
-            self.changed.add(key)  # deleted by the next checkpoint
+            self._note(key)  # deleted by the next checkpoint
         elif key[0] == "container":
             container: ContainerKey = key[1:]  # type: ignore[assignment]
             if isinstance(value, list):  # an older checkpoint's: its GPUs alone
                 self._containers[container] = tuple(sorted(set(value)))
-                self.changed.add(key)  # written again in this form
+                self._note(key)  # written again in this form
                 return
             self._containers[container] = tuple(sorted(set(value["gpus"])))
             holder = PodRef(value["uid"], container[1], container[2])
@@ -178,4 +189,37 @@ class GpuHolders:
         else:  # an older checkpoint's per-GPU holder
             self._holders[key[1]] = PodRef(*value)
             self._unplaced.add(key[1])
-            self.changed.add(key)  # deleted by the next checkpoint
+            self._note(key)  # deleted by the next checkpoint
+
+
+class SharedHolders:
+    """One :class:`GpuHolders` per cluster for every operator of a worker that keeps GPU holders
+    or names (workload usage, alerts, the idle split): each kept its own, 240 bytes a GPU in
+    workload usage and in alerts (the names 144 of them, which the idle split kept too;
+    ``python -m bench.worker_memory``), and resolved a batch's names in a cache of its own.
+
+    Each operator still applies the container and inventory events it is given (applying one
+    again changes nothing: the operators sharing a table are given the same events, in one
+    order, each applied by all before the next), and checkpoints the table in its own state as
+    before, reading the changes as one :meth:`add_reader` of them; a restore loads every
+    operator's entries into the one table (each entry gives the same facts, so a second load
+    changes nothing). Readers join before the first table: none misses a change.
+    """
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._tables: dict[str, GpuHolders] = {}
+
+    def add_reader(self) -> int:
+        """A reader of every cluster's changes, for an operator built before any event."""
+        if self._tables:
+            raise RuntimeError("an operator joined shared GPU holders after their first table")
+        self._readers += 1
+        return self._readers - 1
+
+    def of(self, cluster: str) -> GpuHolders:
+        """``cluster``'s table, made on first use."""
+        table = self._tables.get(cluster)
+        if table is None:
+            table = self._tables[cluster] = GpuHolders(readers=max(self._readers, 1))
+        return table

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from gpulens.pipeline.aggregating import BaseWindowedAggregator, NodeGroupedSnapshot
 from gpulens.pipeline.checkpointing import StateKey
 from gpulens.pipeline.device_names import DeviceNames
+from gpulens.pipeline.holders import SharedHolders
 from gpulens.pipeline.state_tables import workload_chain
 from gpulens.pipeline.windows import TumblingWindows, from_ms
 from gpulens.schemas.model.ids import event_id
@@ -163,9 +164,14 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
     :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
     node_at = MappingProxyType({"slot": 2, "container": 2, "names": 2, "acc": 2})
 
-    def __init__(self, windows: TumblingWindows, rules: IdleRules) -> None:
+    def __init__(
+        self, windows: TumblingWindows, rules: IdleRules, shared: SharedHolders | None = None
+    ) -> None:
         super().__init__(windows)
         self.rules = rules
+        self._shared = shared if shared is not None else SharedHolders()
+        """Where each cluster's GPU names come from, shared with the worker's other operators."""
+        self._reader = self._shared.add_reader()
 
     def process(self, event: Event | SampleColumns) -> list[IdleGpuHours]:
         """Apply one event; returns the rows of the windows its time closed."""
@@ -184,7 +190,7 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
         return rows
 
     def _open(self, name: str, at: int) -> _Cluster:
-        return _Cluster(name, self.windows.start_of(at), at)
+        return _Cluster(name, self.windows.start_of(at), at, names=self._shared.of(name).names)
 
     # --- claims --------------------------------------------------------------------------------
 
@@ -411,7 +417,7 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
     # --- checkpoint ------------------------------------------------------------------------------
 
     def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
-        return (("names", cluster.name, node) for node in cluster.names.take_changed())
+        return (("names", cluster.name, node) for node in cluster.names.take_changed(self._reader))
 
     def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
         yield from (("slot", cluster.name, *key) for key in cluster.slots)

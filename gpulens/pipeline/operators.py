@@ -15,6 +15,7 @@ from gpulens.pipeline.alerting import AlertDetector, AlertRules
 from gpulens.pipeline.allocation import AllocationAggregator
 from gpulens.pipeline.checkpointing import Stateful, StateKey
 from gpulens.pipeline.device_changes import diff, pack, packed_json, unpack
+from gpulens.pipeline.holders import SharedHolders
 from gpulens.pipeline.idle_owners import IdleOwners, IdleRules
 from gpulens.pipeline.latest_samples import LatestSamples
 from gpulens.pipeline.pending_waits import PendingWaits
@@ -155,8 +156,8 @@ class WorkloadUsageOperator:
     name = "workloads"
     inputs = (DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
 
-    def __init__(self, windows: TumblingWindows) -> None:
-        self.state = self._usage = WorkloadUsage(windows)
+    def __init__(self, windows: TumblingWindows, shared: SharedHolders | None = None) -> None:
+        self.state = self._usage = WorkloadUsage(windows, shared)
 
     def advance(self, event: Given) -> Iterator[Sequence[Record]]:
         return self._usage.advance(event)
@@ -177,8 +178,10 @@ class IdleOwnersOperator:
     name = "idle"
     inputs = (DEVICE_INVENTORY, CONTAINERS, PODS, GPU_SAMPLES, WATERMARKS)
 
-    def __init__(self, windows: TumblingWindows, rules: IdleRules) -> None:
-        self.state = self._owners = IdleOwners(windows, rules)
+    def __init__(
+        self, windows: TumblingWindows, rules: IdleRules, shared: SharedHolders | None = None
+    ) -> None:
+        self.state = self._owners = IdleOwners(windows, rules, shared)
 
     def advance(self, event: Given) -> Iterator[Sequence[Record]]:
         return self._owners.advance(event)
@@ -216,8 +219,8 @@ class AlertOperator(_Unwindowed):
     name = "alerts"
     inputs = (NODES, DEVICE_INVENTORY, CONTAINERS, PODS, GPU_HEALTH, GPU_SAMPLES)
 
-    def __init__(self, rules: AlertRules) -> None:
-        self.state = self._detector = AlertDetector(rules)
+    def __init__(self, rules: AlertRules, shared: SharedHolders | None = None) -> None:
+        self.state = self._detector = AlertDetector(rules, shared)
 
     def process(self, event: Given) -> Sequence[Record]:
         return self._detector.process(event)
@@ -316,11 +319,12 @@ def operators_for(pipeline: PipelineSettings) -> list[Operator]:
     """The operators of the chosen processors, in the order the worker runs them (one place, so
     `gpulens worker` and the throughput bench run the same)."""
     chosen, windows = pipeline.processors, TumblingWindows(pipeline.window_s * 1000)
+    shared = SharedHolders()  # GPU names and holders: one table per cluster, not one per operator
     made: list[Operator] = []
     if "allocation" in chosen:
         made.append(AllocationOperator(windows, per_node=pipeline.per_node, overview=pipeline.overview))
     if "workloads" in chosen:
-        made.append(WorkloadUsageOperator(windows))
+        made.append(WorkloadUsageOperator(windows, shared))
     if "idle" in chosen:
         rules = IdleRules(
             idle_below=pipeline.idle_below,
@@ -329,7 +333,7 @@ def operators_for(pipeline: PipelineSettings) -> list[Operator]:
             sample_valid_ms=round(pipeline.sample_valid_s * 1000),
             owner_labels=pipeline.owner_labels,
         )
-        made.append(IdleOwnersOperator(TumblingWindows(pipeline.idle_window_s * 1000), rules))
+        made.append(IdleOwnersOperator(TumblingWindows(pipeline.idle_window_s * 1000), rules, shared))
     if "alerts" in chosen:
         made.append(
             AlertOperator(
@@ -340,7 +344,8 @@ def operators_for(pipeline: PipelineSettings) -> list[Operator]:
                     pipeline.stale_after,
                     pile_up_pods=pipeline.pile_up_pods,
                     pile_up_idle_gpus=pipeline.pile_up_idle_gpus,
-                )
+                ),
+                shared,
             )
         )
     if "changelog" in chosen:

@@ -25,9 +25,9 @@ from typing import Any
 
 from gpulens.pipeline.aggregating import BaseWindowedAggregator, NodeGroupedSnapshot, held_fields
 from gpulens.pipeline.checkpointing import StateKey
-from gpulens.pipeline.holders import GpuHolders, PodRef
+from gpulens.pipeline.holders import GpuHolders, PodRef, SharedHolders
 from gpulens.pipeline.state_tables import workload_chain
-from gpulens.pipeline.windows import HeldAmount, milli
+from gpulens.pipeline.windows import HeldAmount, TumblingWindows, milli
 from gpulens.schemas.model.ids import event_id
 from gpulens.schemas.model.models import (
     ChangeType,
@@ -65,7 +65,8 @@ class _Cluster:
     name: str
     window_start: int
     instant: int
-    holders: GpuHolders = field(default_factory=GpuHolders)
+    holders: GpuHolders
+    """Shared with the worker's other operators that keep holders (:class:`SharedHolders`)."""
     pods: dict[str, tuple[_Workload, int]] = field(default_factory=dict)
     """uid of a pod holding GPUs -> (its workload, milli-GPUs)."""
     workload_of: dict[str, _Workload] = field(default_factory=dict)
@@ -82,6 +83,11 @@ class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, Worklo
     """Kinds checkpointed in a state log of their own (every sampled workload's series changes at every cycle;
     :class:`~gpulens.pipeline.checkpointing.SplitsHotState`)."""
     node_at = MappingProxyType({"holders": 3})
+
+    def __init__(self, windows: TumblingWindows, shared: SharedHolders | None = None) -> None:
+        super().__init__(windows)
+        self._shared = shared if shared is not None else SharedHolders()
+        self._reader = self._shared.add_reader()
 
     def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
@@ -103,7 +109,7 @@ class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, Worklo
         return rows
 
     def _open(self, name: str, at: int) -> _Cluster:
-        return _Cluster(name, self.windows.start_of(at), at)
+        return _Cluster(name, self.windows.start_of(at), at, self._shared.of(name))
 
     def _usage(self, cluster: _Cluster, workload: _Workload) -> _Usage:
         self._changed.add(("usage", cluster.name, workload.uid))
@@ -216,7 +222,7 @@ class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, Worklo
     # --- checkpoint: ["pod", ...], ["usage", ...], ["holders", ...] besides ["cluster", c] ---
 
     def _take_changed(self, cluster: _Cluster) -> Iterable[StateKey]:
-        return cluster.holders.take_changed(cluster.name)
+        return cluster.holders.take_changed(cluster.name, self._reader)
 
     def _keys(self, cluster: _Cluster) -> Iterator[StateKey]:
         yield from (("pod", cluster.name, uid) for uid in cluster.workload_of)
