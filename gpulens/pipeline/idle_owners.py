@@ -334,10 +334,10 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
         samples of a steady fleet are such (the worker's busiest path)."""
         now = cluster.instant
         until = now + self.rules.sample_valid_ms
-        kind_of, slots, device_id, node = self.rules.kind, cluster.slots, cluster.names.device_id, batch.node
+        kind_of, slots, node = self.rules.kind, cluster.slots, batch.node
         devices = []
-        for device, utilization, memory in self._readings(batch):
-            key = (node, device_id(device))
+        for device, utilization, memory in self._readings(cluster.names, batch):
+            key = (node, device)
             slot = slots.get(key)
             if slot is None:
                 continue  # a GPU no inventory listed and nobody claims: nothing to split
@@ -370,13 +370,21 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
                 slot.sampled = False
                 self._changed.add(("slot", cluster.name, node, device))
 
+    @staticmethod
     def _readings(
-        self, batch: GpuSampleBatch | SampleColumns
+        names: DeviceNames, batch: GpuSampleBatch | SampleColumns
     ) -> Iterable[tuple[str, float | None, int | None]]:
-        """(device_id, utilization, VRAM used) per GPU, however the batch was read."""
+        """(device_id the inventory knows, utilization, VRAM used) per GPU, however the batch
+        was read: the names resolved per batch, as the node's last answer where the names are
+        the same (the other operators sharing the names asked it first)."""
         if isinstance(batch, SampleColumns):
-            return zip(batch.device_ids, batch.utilizations, batch.memories, strict=True)
-        return ((s.device_id, s.utilization_pct, s.memory_used_bytes) for s in batch.samples)
+            ids = names.device_ids(batch.device_ids, batch.node)
+            return zip(ids, batch.utilizations, batch.memories, strict=True)
+        samples = batch.samples
+        ids = names.device_ids([sample.device_id for sample in samples])
+        return (
+            (ids[i], sample.utilization_pct, sample.memory_used_bytes) for i, sample in enumerate(samples)
+        )
 
     def _window_rows(self, cluster: _Cluster, start: int, end: int) -> list[IdleGpuHours]:
         """Every slot integrated up to ``end``; one row per GPU and owner with hours."""
