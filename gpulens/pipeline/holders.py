@@ -7,15 +7,15 @@ A container's event makes its pod the holder of each of its GPUs, until the cont
 or goes: then its GPUs have no holder, even one another container claimed meanwhile (two
 containers claim one GPU under time-slicing or a shared device plugin; the latest event wins).
 
-Checkpointed by its owner under keys ``(kind, *name)``, one entry per node and per container,
-not per GPU (a cluster's start holds every GPU at once: 80,000 holder entries at 100,000 GPUs
-in each operator that keeps holders): ``("names", node)`` -> its GPUs' names, ``("container",
-node, namespace, pod, container)`` -> ``{"uid": pod uid, "gpus": [...], "held": [...]}``, where
-``held`` (left out when it is every GPU) lists those this container's event made its pod hold.
-A container whose GPU another one takes is written again without it, so no two entries hold one
-GPU and a restore in any order gives the same holders. Checkpoints written before hold
-``("alias", name)`` -> device_id, ``("container", ...)`` -> its GPUs and ``("gpu", id)`` ->
-holding pod: read, and replaced by the next checkpoint.
+Checkpointed by each operator sharing it (:class:`SharedHolders`) under keys ``(kind, *name)``,
+one entry per node and per container, not per GPU (a cluster's start holds every GPU at once:
+80,000 holder entries at 100,000 GPUs in each operator that keeps holders): ``("names", node)``
+-> its GPUs' names, ``("container", node, namespace, pod, container)`` -> ``{"uid": pod uid,
+"gpus": [...], "held": [...]}``, where ``held`` (left out when it is every GPU) lists those this
+container's event made its pod hold. A container whose GPU another one takes is written again
+without it, so no two entries hold one GPU and a restore in any order gives the same holders.
+Checkpoints written before hold ``("alias", name)`` -> device_id, ``("container", ...)`` -> its
+GPUs and ``("gpu", id)`` -> holding pod: read, and replaced by the next checkpoint.
 """
 
 from __future__ import annotations
