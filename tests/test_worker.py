@@ -30,10 +30,10 @@ from worker_support import (
     RowReader,
     assert_rows_equal_the_csv,
     gpulens,
-    nice_of,
     replay,
     spawn,
     start_worker,
+    thread_nices,
     wait_reading,
     worker_log,
     worker_metrics,
@@ -252,9 +252,9 @@ def test_a_niced_worker_runs_every_thread_at_its_lower_priority(config_file, uni
     worker = start_worker(config_file, group, "--nice", "7")
     processes.append(worker)
     wait_reading(worker, worker_log(config_file, group, "--nice", "7"))
-    threads = [task.name for task in Path(f"/proc/{worker.pid}/task").iterdir()]
-    assert len(threads) > 5, "librdkafka's threads run"
-    assert {nice_of(worker.pid, t) for t in threads} == {os.nice(0) + 7}
+    nices = thread_nices(worker.pid)
+    assert len(nices) > 5, "librdkafka's threads run"
+    assert set(nices.values()) == {os.nice(0) + 7}
 
 
 def test_two_worker_shards_split_the_clusters_and_each_gets_its_rows_once(

@@ -67,6 +67,18 @@ def nice_of(pid: int, thread: int | str | None = None) -> int:
     return int(stat_fields(pid, thread)[16])
 
 
+def thread_nices(pid: int) -> dict[str, int]:
+    """The nice value of each thread of a process, by thread id: a thread that ends while they
+    are read is left out (librdkafka ends some of its own threads as connections come and go)."""
+    nices: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            nices[task.name] = nice_of(pid, task.name)
+        except FileNotFoundError:
+            continue
+    return nices
+
+
 def cpu_s_of(pid: int, thread: int | str | None = None) -> float:
     """CPU seconds (user and system) a process, or one of its threads, has used: fields 14 and 15."""
     fields = stat_fields(pid, thread)
