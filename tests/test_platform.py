@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sink_support import wait_for
-from worker_support import nice_of, thread_named
+from worker_support import nice_of, thread_named, thread_nices
 
 from gpulens.config import GPULensSettings, load_settings
 from gpulens.infra.clickhouse.allocator import ENGINE_MALLOC_CONF
@@ -365,11 +365,7 @@ def test_the_brokers_saving_thread_yields_to_the_threads_answering_clients(platf
     broker = manager(platform).status("kafka").pid
     assert broker is not None
     nice: dict[str, set[int]] = {}
-    for task in Path(f"/proc/{broker}/task").iterdir():
-        try:
-            name, value = (task / "comm").read_text().strip(), nice_of(broker, task.name)
-        except FileNotFoundError:  # the thread ended while the others were read
-            continue
+    for name, value in thread_nices(broker):
         nice.setdefault(name, set()).add(value)
     assert nice["autosave"] == {19}
     assert nice["noida-db"] == {0}, "the threads answering clients keep the broker's priority"

@@ -67,13 +67,13 @@ def nice_of(pid: int, thread: int | str | None = None) -> int:
     return int(stat_fields(pid, thread)[16])
 
 
-def thread_nices(pid: int) -> dict[str, int]:
-    """The nice value of each thread of a process, by thread id: a thread that ends while they
-    are read is left out (librdkafka ends some of its own threads as connections come and go)."""
-    nices: dict[str, int] = {}
+def thread_nices(pid: int) -> list[tuple[str, int]]:
+    """(name, nice value) of each thread of a process: a thread that ends while they are read is
+    left out (librdkafka ends some of its own threads as connections come and go)."""
+    nices: list[tuple[str, int]] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            nices[task.name] = nice_of(pid, task.name)
+            nices.append(((task / "comm").read_text().strip(), nice_of(pid, task.name)))
         except FileNotFoundError:
             continue
     return nices

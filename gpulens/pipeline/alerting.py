@@ -169,8 +169,7 @@ class AlertDetector(NodeGroupedSnapshot, BaseAggregator[_Cluster]):
     def __init__(self, rules: AlertRules, shared: SharedHolders | None = None) -> None:
         super().__init__()
         self.rules = rules
-        self._shared = shared if shared is not None else SharedHolders()
-        self._reader = self._shared.add_reader()
+        self._shared, self._reader = SharedHolders.joined(shared)
         self._settled: list[Alert] = []
         """Pile-up alerts of the instant time just left (:meth:`_settle`), for the event moving it."""
 

@@ -210,6 +210,13 @@ class SharedHolders:
         self._readers = 0
         self._tables: dict[str, GpuHolders] = {}
 
+    @staticmethod
+    def joined(shared: SharedHolders | None) -> tuple[SharedHolders, int]:
+        """``shared`` (tables of its own where None) and a new reader of it, for an operator
+        being built."""
+        tables = shared if shared is not None else SharedHolders()
+        return tables, tables.add_reader()
+
     def add_reader(self) -> int:
         """A reader of every cluster's changes, for an operator built before any event."""
         if self._tables:
@@ -221,5 +228,5 @@ class SharedHolders:
         """``cluster``'s table, made on first use."""
         table = self._tables.get(cluster)
         if table is None:
-            table = self._tables[cluster] = GpuHolders(readers=max(self._readers, 1))
+            table = self._tables[cluster] = GpuHolders(readers=self._readers)
         return table

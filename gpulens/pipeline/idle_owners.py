@@ -169,9 +169,8 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
     ) -> None:
         super().__init__(windows)
         self.rules = rules
-        self._shared = shared if shared is not None else SharedHolders()
+        self._shared, self._reader = SharedHolders.joined(shared)
         """Where each cluster's GPU names come from, shared with the worker's other operators."""
-        self._reader = self._shared.add_reader()
 
     def process(self, event: Event | SampleColumns) -> list[IdleGpuHours]:
         """Apply one event; returns the rows of the windows its time closed."""
@@ -383,7 +382,8 @@ class IdleOwners(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, IdleGpuHo
         samples = batch.samples
         ids = names.device_ids([sample.device_id for sample in samples])
         return (
-            (ids[i], sample.utilization_pct, sample.memory_used_bytes) for i, sample in enumerate(samples)
+            (device, sample.utilization_pct, sample.memory_used_bytes)
+            for device, sample in zip(ids, samples, strict=True)
         )
 
     def _window_rows(self, cluster: _Cluster, start: int, end: int) -> list[IdleGpuHours]:

@@ -86,8 +86,7 @@ class WorkloadUsage(NodeGroupedSnapshot, BaseWindowedAggregator[_Cluster, Worklo
 
     def __init__(self, windows: TumblingWindows, shared: SharedHolders | None = None) -> None:
         super().__init__(windows)
-        self._shared = shared if shared is not None else SharedHolders()
-        self._reader = self._shared.add_reader()
+        self._shared, self._reader = SharedHolders.joined(shared)
 
     def process(self, event: Event | SampleColumns) -> list[WorkloadGpuUsage]:
         """Apply one event; returns the rows of the windows its time closed (all of them:
