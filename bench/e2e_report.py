@@ -108,6 +108,13 @@ class SizeResult:
     steady_rss_peak_mb: float = 0.0
     """Most RSS held at once by the :data:`SYSTEM` processes within the steady window: the goal's
     "through a steady run", the start's burst left out (sampled every second)."""
+    steady_rss_peak_at_s: float | None = None
+    """Seconds from the simulator's start to that moment (None: no sample in the window)."""
+    steady_rss_peak_of: dict[str, int] = field(default_factory=dict)
+    """Each process's RSS (MB) at that moment: whose highs coincided."""
+    steady_rss_spread: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Each process's RSS (MB) within the steady window, median and most (sampled every second):
+    which one's highs come and go (a broker save, a merge) and which one's level is high."""
     over_rss_limit_until_s: float | None = None
     """Seconds from the simulator's start to the last instant of the steady window at which the
     system held more than the RSS bound (None: never): a start still being digested when the
@@ -250,6 +257,18 @@ def rss_over_time(
 
     each = {name: [mb(found, [name]) for found in found_at] for name in SYSTEM}
     return {**each, "system": [mb(found, SYSTEM) for found in found_at]}
+
+
+def rss_spread(
+    series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float
+) -> dict[str, tuple[int, int]]:
+    """Median and most RSS (MB) of each of the :data:`SYSTEM` processes from ``start`` to ``end``."""
+    spread: dict[str, tuple[int, int]] = {}
+    for name in SYSTEM:
+        mb = sorted(found[name].rss_kb / 1024 for t, found in series if start <= t <= end and name in found)
+        if mb:
+            spread[name] = round(mb[len(mb) // 2]), round(mb[-1])
+    return spread
 
 
 def pss_over_time(series: Sequence[tuple[float, dict[str, Usage]]], start: float, end: float) -> list[int]:

@@ -99,6 +99,7 @@ from bench.e2e_report import (
     pss_over_time,
     quantile,
     rss_over_time,
+    rss_spread,
     slope,
     steps,
     system_pss_kb,
@@ -504,6 +505,7 @@ def _analyse(
         [(t, v["worker"][0] >= v["worker"][1]) for t, v in offsets.series if "worker" in v], published_end
     )
     result.processes = processes_of(sampler.series, begin, end)
+    result.steady_rss_spread = rss_spread(sampler.series, begin, end)
     result.rss_over_time = rss_over_time(sampler.series, begin - options.warmup_s, published_end)
     result.pss_over_time = pss_over_time(sampler.series, begin - options.warmup_s, published_end)
     start_steps = (begin - options.warmup_s, begin + START_PAST_WARMUP_S, START_STEP_S)
@@ -515,7 +517,12 @@ def _analyse(
         (t, sum(u.rss_kb for n, u in found.items() if n in SYSTEM) / 1024) for t, found in sampler.series
     ]
     result.total_rss_peak_mb = max((mb for _, mb in system_mb), default=0.0)
-    result.steady_rss_peak_mb = max((mb for t, mb in system_mb if begin <= t <= end), default=0.0)
+    window_at = [i for i, (t, _) in enumerate(system_mb) if begin <= t <= end]
+    if window_at:
+        peak = max(window_at, key=lambda i: system_mb[i][1])
+        (at, result.steady_rss_peak_mb), found = system_mb[peak], sampler.series[peak][1]
+        result.steady_rss_peak_at_s = at - (begin - options.warmup_s)
+        result.steady_rss_peak_of = {n: round(found[n].rss_kb / 1024) for n in SYSTEM if n in found}
     over = [
         t for t, mb in system_mb if begin <= t <= end and options.rss_limit_mb and mb > options.rss_limit_mb
     ]
@@ -572,7 +579,13 @@ def _print_results(results: list[SizeResult], options: Options) -> None:
         print(f"  worker lag {since}: {', '.join(f'{n:,}' for n in r.start_lag)}")
         for name, points in r.start_rss.items():
             print(f"  {name} RSS MB {since}: {', '.join(f'{mb:,}' for mb in points)}")
-        print(f"  system RSS MB at most at once in the steady window: {r.steady_rss_peak_mb:,.0f}")
+        spread = ", ".join(f"{name} {mid:,} / {most:,}" for name, (mid, most) in r.steady_rss_spread.items())
+        print(f"  RSS MB in the steady window, median / most: {spread}")
+        print(f"  system RSS MB at most at once in the steady window: {r.steady_rss_peak_mb:,.0f}", end="")
+        if r.steady_rss_peak_at_s is not None:
+            each = ", ".join(f"{name} {mb:,}" for name, mb in r.steady_rss_peak_of.items())
+            print(f", {r.steady_rss_peak_at_s:.0f} s after the simulator's start ({each})", end="")
+        print()
         if r.over_rss_limit_until_s is not None:
             print(
                 f"  system RSS over {options.rss_limit_mb:,.0f} MB in the steady window until "
