@@ -34,7 +34,8 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.e2e_probes import usage
-from gpulens.infra.broker import NOIDA_MALLOC_ENV, noida_argv
+from gpulens.infra.broker import noida_argv
+from gpulens.infra.glibc_malloc import FIXED_BOUNDS_ENV
 from gpulens.infra.launching import ServiceManager, ServiceSpec
 from gpulens.platform import free_port
 
@@ -149,7 +150,7 @@ def main() -> None:
             noida_argv("127.0.0.1", port, Path(tmp) / "kafka"),
             "127.0.0.1",
             port,
-            env=dict(NOIDA_MALLOC_ENV),
+            env=dict(FIXED_BOUNDS_ENV),
         )
         services = ServiceManager(Path(tmp))
         services.start(spec)

@@ -7,18 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from gpulens.infra.glibc_malloc import fixed_bounds_env
 from gpulens.infra.launching import LaunchError
-
-NOIDA_MALLOC_ENV = MappingProxyType({"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"})
-"""glibc malloc settings of noida-db's process (mallopt(3), by their environment names): blocks
-of 128 KB and more are mapped on their own and unmapped when freed, and the heap is trimmed past
-128 KB free, instead of glibc raising those bounds to the largest block freed so far (every save
-serializes all the broker holds into one growing buffer), so that memory freed by deleting
-records goes back to the system. Measured (one probe: 200 MB produced, all deleted): 387 MB
-stayed resident with glibc's defaults, 7 MB with these, at the same speed (300,000 records of
-300 B produced and read three times: broker 4.4 CPU-s, 3.8-4.4 with the defaults). Two heaps
-instead of one per thread (``MALLOC_ARENA_MAX=2``) took 4.7 CPU-s there and are not set."""
-
 
 SAVE_PACING_LIBRARY = Path(__file__).resolve().parents[2] / ".tools" / "lib" / "libnoida_save_pacing.so"
 """Where ``make install`` builds the library that paces noida-db's saves
@@ -28,7 +18,8 @@ SAVE_PACING_LIBRARY = Path(__file__).resolve().parents[2] / ".tools" / "lib" / "
 def noida_env(
     save_share: float, pause_max_s: float, environ: Mapping[str, str], library: Path = SAVE_PACING_LIBRARY
 ) -> dict[str, str]:
-    """What noida-db's environment adds to ``environ``: the malloc bounds, and, where the pacing
+    """What noida-db's environment adds to ``environ``: glibc's malloc bounds fixed
+    (:mod:`gpulens.infra.glibc_malloc`, unless ``environ`` sets them), and, where the pacing
     library is built and ``save_share`` is below 1, that library preloaded (``environ``'s
     ``LD_PRELOAD`` kept after it) to stretch the pause between two saves so that saving takes
     about ``save_share`` of the saving thread's time: each pause lasts the CPU the save before
@@ -41,7 +32,12 @@ def noida_env(
     its one-second pace. A SIGKILL of the broker loses what was acknowledged since the start of
     the last save, which every producer of GPULens resends (it keeps what was acknowledged in
     the last 120 s, :mod:`gpulens.producers.publishing`)."""
-    env = dict(NOIDA_MALLOC_ENV)
+    # Every save serializes all the broker holds into one growing buffer, so with glibc's own
+    # bounds memory freed by deleting records stayed resident: 387 MB of 200 MB produced and all
+    # deleted, 7 MB with fixed bounds, at the same speed (300,000 records of 300 B produced and
+    # read three times: broker 4.4 CPU-s, 3.8-4.4 with the defaults). Two heaps instead of one
+    # per thread (MALLOC_ARENA_MAX=2) took 4.7 CPU-s there and are not set.
+    env = fixed_bounds_env(environ)
     if save_share < 1 and library.is_file():
         preloaded = environ.get("LD_PRELOAD")
         env["LD_PRELOAD"] = f"{library} {preloaded}" if preloaded else str(library)
