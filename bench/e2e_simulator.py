@@ -26,7 +26,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -55,6 +55,10 @@ class CountingPublisher(EventPublisher):
     ) -> None:
         super().produce(topic, key, value, on_delivery=on_delivery)
         self.by_topic[topic] = self.by_topic.get(topic, 0) + 1
+
+    def produce_many(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes]) -> None:
+        super().produce_many(topic, keys, values)
+        self.by_topic[topic] = self.by_topic.get(topic, 0) + len(values)
 
 
 class PrimedSimulation(ClusterSimulation):

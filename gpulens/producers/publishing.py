@@ -12,8 +12,9 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -56,6 +57,11 @@ class BasePublisher(ABC):
     ) -> None:
         """Queue encoded bytes; ``on_delivery`` hears the broker's answer (default: :meth:`flush` raises)."""
 
+    def produce_many(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes]) -> None:
+        """Queue many encoded records on ``topic`` at once (refusals: :meth:`flush` raises)."""
+        for key, value in zip(keys, values, strict=True):
+            self.produce(topic, key, value)
+
     @abstractmethod
     def poll(self, timeout: float = 0.0) -> None:
         """Serve delivery callbacks, waiting up to ``timeout`` seconds for one."""
@@ -79,8 +85,7 @@ _SEQUENCE_LOST = frozenset(
 callback, which says it is fatal, may come after them)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
+class _Record(NamedTuple):  # a tuple: a frozen dataclass's __init__ cost 7 % of the simulator
     seq: int
     """Order of :meth:`EventPublisher.produce` calls: resends keep it."""
     topic: str
@@ -139,23 +144,35 @@ class EventPublisher(BasePublisher):
         self, topic: str, key: bytes | None, value: bytes, *, on_delivery: DeliveryCallback | None = None
     ) -> None:
         """Queue encoded bytes; ``on_delivery`` hears the broker's answer (default: :meth:`flush` raises)."""
+        self._queue(topic, key, value, on_delivery)
+        self.poll(0)
+
+    def produce_many(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes]) -> None:
+        """Queue many encoded records on ``topic``, serving callbacks once after them all (a poll
+        after each record cost an eighth of the simulator at 100,000 GPUs)."""
+        for key, value in zip(keys, values, strict=True):
+            self._queue(topic, key, value, None)
+        self.poll(0)
+
+    def _queue(
+        self, topic: str, key: bytes | None, value: bytes, on_delivery: DeliveryCallback | None
+    ) -> None:
         record = _Record(self.published, topic, key, value, on_delivery)
         self._unacked[record.seq] = record
         self.published += 1
         self._send(record)
-        self._guarded(lambda: self._producer.poll(0))
-        self._recover_if_fatal()
+
+    def _on_delivered(self, record: _Record, err: KafkaError | None, message: Message | None) -> None:
+        if err is not None and (err.fatal() or err.code() in _SEQUENCE_LOST or self._fatal is not None):
+            self._fatal = self._fatal or err  # kept for the new producer, not reported
+            return
+        if err is None and message is not None:
+            self._remember(record, message)
+        if self._unacked.pop(record.seq, None) is not None:
+            (record.on_delivery or self._delivered)(err, message)
 
     def _send(self, record: _Record) -> None:
-        def delivered(err: KafkaError | None, message: Message | None) -> None:
-            if err is not None and (err.fatal() or err.code() in _SEQUENCE_LOST or self._fatal is not None):
-                self._fatal = self._fatal or err  # kept for the new producer, not reported
-                return
-            if err is None and message is not None:
-                self._remember(record, message)
-            if self._unacked.pop(record.seq, None) is not None:
-                (record.on_delivery or self._delivered)(err, message)
-
+        delivered = partial(self._on_delivered, record)
         while True:
             try:
                 self._producer.produce(
@@ -222,7 +239,7 @@ class EventPublisher(BasePublisher):
             len(lost),
         )
         for record in lost:  # their senders heard already: only a refusal is reported (by flush)
-            self._unacked[record.seq] = replace(record, on_delivery=self._delivered)
+            self._unacked[record.seq] = record._replace(on_delivery=self._delivered)
         self.recoveries += 1
         self.resent += len(self._unacked)
         for record in sorted(self._unacked.values(), key=lambda record: record.seq):

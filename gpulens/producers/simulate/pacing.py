@@ -112,8 +112,7 @@ def publish_simulation(
             else:
                 cadence.before_records(item.cluster, item.source, from_ms(item.at_ms), len(item.nodes))
                 keys, values = writer.write(item)
-                for key, value in zip(keys, values, strict=True):
-                    publisher.produce(topic.name, key, value)
+                publisher.produce_many(topic.name, keys, values)
                 count += len(values)
             if report is not None and now - last_report >= report_every_s:
                 report(progress(now))
