@@ -110,9 +110,9 @@ class SampleBatchWriter:
         """Offset of the event time in every row (the cluster's length decides it)."""
         self._time_len = 0
         self._nulls: frozenset[str] = frozenset()
+        """The float columns null in every sample of the layouts."""
         self._where_of: tuple[tuple[int, int, tuple[int, ...]], Ints, Ints, Ints] | None = None
         """(key, rows, slots, byte index) of the previous round (:meth:`_where`)."""
-        """The float columns null in every sample of the layouts."""
 
     def write(self, round_: SampleRound) -> tuple[list[bytes], list[bytes]]:
         """Keys and values of every batch of ``round_``, in its node order."""
